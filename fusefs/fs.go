@@ -1,0 +1,166 @@
+package fusefs
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/esf-dev/esf/cas"
+)
+
+// PathStore is a Getter that can also name the local file holding a blob,
+// which lets the kernel read it directly (passthrough).
+type PathStore interface {
+	cas.Getter
+	Path(id cas.ID) string
+}
+
+// Options configure a projection.
+type Options struct {
+	// Store is read for trees and blobs. Required.
+	Store cas.Getter
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+	// Timeout is the kernel's entry, attribute and negative-entry cache
+	// lifetime. Content never changes, so the default is a day.
+	Timeout time.Duration
+	// NoPassthrough serves reads through this process even when the store
+	// could hand out backing files (for measurements and old kernels).
+	NoPassthrough bool
+	// Debug logs every FUSE request.
+	Debug bool
+}
+
+func (o *Options) validate() error {
+	if o.Store == nil {
+		return fmt.Errorf("fusefs: Options.Store is required: %w", cas.ErrInvalidArgument)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 24 * time.Hour
+	}
+	return nil
+}
+
+// Counters are operation counts, for metrics and for tests that prove
+// laziness.
+type Counters struct {
+	Lookups, Readdirs, Opens, TreeReads, BlobVerifies atomic.Int64
+}
+
+// FS is the projection: the root of the mount.
+type FS struct {
+	fs.Inode
+	opts     Options
+	paths    PathStore // nil when the store cannot name files
+	Counters Counters
+
+	mu       sync.Mutex
+	verified map[cas.ID]bool
+}
+
+// New returns the root node of a projection over opts.Store.
+func New(opts Options) (*FS, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	f := &FS{opts: opts, verified: map[cas.ID]bool{}}
+	if ps, ok := opts.Store.(PathStore); ok && !opts.NoPassthrough {
+		f.paths = ps
+	}
+	return f, nil
+}
+
+var (
+	_ fs.NodeLookuper  = (*FS)(nil)
+	_ fs.NodeGetattrer = (*FS)(nil)
+)
+
+// Getattr of the mount root.
+func (f *FS) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFDIR | 0o555
+	out.Nlink = 3
+	return 0
+}
+
+// Lookup of the mount root: only "roots".
+func (f *FS) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if name != "roots" {
+		return nil, syscall.ENOENT
+	}
+	out.Mode = syscall.S_IFDIR | 0o555
+	out.Nlink = 2
+	return f.NewPersistentInode(ctx, &rootsDir{fsys: f}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: 2}), 0
+}
+
+// Readdir of the mount root.
+func (f *FS) Readdir(context.Context) (fs.DirStream, syscall.Errno) {
+	return fs.NewListDirStream([]fuse.DirEntry{{Name: "roots", Mode: syscall.S_IFDIR, Ino: 2}}), 0
+}
+
+// rootsDir resolves root ids; it lists nothing.
+type rootsDir struct {
+	fs.Inode
+	fsys *FS
+}
+
+var _ fs.NodeLookuper = (*rootsDir)(nil)
+
+func (r *rootsDir) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFDIR | 0o111 // traversable, not listable
+	out.Nlink = 2
+	return 0
+}
+
+func (r *rootsDir) Readdir(context.Context) (fs.DirStream, syscall.Errno) {
+	return fs.NewListDirStream(nil), 0
+}
+
+func (r *rootsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	id, err := cas.ParseID(name)
+	if err != nil {
+		return nil, syscall.ENOENT
+	}
+	d := &dirNode{fsys: r.fsys, root: id, id: id}
+	if errno := d.ensure(ctx); errno != 0 {
+		return nil, errno
+	}
+	d.fillAttr(&out.Attr)
+	r.fsys.setTimeouts(out)
+	return r.NewInode(ctx, d, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: inoFor(id, "", false)}), 0
+}
+
+func (f *FS) setTimeouts(out *fuse.EntryOut) {
+	out.SetEntryTimeout(f.opts.Timeout)
+	out.SetAttrTimeout(f.opts.Timeout)
+}
+
+// inoFor derives a stable inode number from the root and a path in it (or
+// a link group's name). Numbers 1 and 2 belong to the mount root and roots/.
+func inoFor(root cas.ID, path string, link bool) uint64 {
+	h := cas.NewHasher()
+	h.Write(root[:])
+	if link {
+		h.Write([]byte{1})
+	} else {
+		h.Write([]byte{0})
+	}
+	h.Write([]byte(path))
+	var sum [cas.IDSize]byte
+	h.Sum(sum[:0])
+	ino := binary.LittleEndian.Uint64(sum[:8]) &^ (1 << 63) // below go-fuse's automatic numbers
+	if ino < 16 {
+		ino += 16
+	}
+	return ino
+}

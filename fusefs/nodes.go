@@ -1,0 +1,404 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/esf-dev/esf/cas"
+)
+
+// dirNode is a directory of a projected tree. Its tree is read on first use
+// and kept while the kernel keeps the inode.
+type dirNode struct {
+	fs.Inode
+	fsys *FS
+	root cas.ID // the projected root, for inode numbers
+	path string // path inside root ("" for the root itself)
+	id   cas.ID // this directory's tree
+
+	once sync.Once
+	tree *cas.Tree
+	err  syscall.Errno
+}
+
+var (
+	_ fs.NodeLookuper    = (*dirNode)(nil)
+	_ fs.NodeReaddirer   = (*dirNode)(nil)
+	_ fs.NodeGetattrer   = (*dirNode)(nil)
+	_ fs.NodeGetxattrer  = (*dirNode)(nil)
+	_ fs.NodeListxattrer = (*dirNode)(nil)
+)
+
+func (d *dirNode) ensure(ctx context.Context) syscall.Errno {
+	d.once.Do(func() {
+		d.fsys.Counters.TreeReads.Add(1)
+		t, err := cas.ReadTree(ctx, d.fsys.opts.Store, d.id)
+		if err != nil {
+			d.err = toErrno(err)
+			if d.err != syscall.ENOENT {
+				d.fsys.opts.Logger.Error("read tree", "tree", d.id.String(), "err", err)
+			}
+			return
+		}
+		d.tree = t
+	})
+	return d.err
+}
+
+func (d *dirNode) fillAttr(out *fuse.Attr) {
+	fillCommon(out, &d.tree.Attr)
+	out.Mode = syscall.S_IFDIR | d.tree.Mode
+	out.Ino = inoFor(d.root, d.path, false)
+	out.Size = 4096
+	out.Blocks = 8
+	nlink := 2
+	for i := range d.tree.Entries {
+		if d.tree.Entries[i].Type == cas.TypeDir {
+			nlink++
+		}
+	}
+	out.Nlink = uint32(nlink)
+}
+
+func (d *dirNode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if errno := d.ensure(ctx); errno != 0 {
+		return errno
+	}
+	d.fillAttr(&out.Attr)
+	out.SetTimeout(d.fsys.opts.Timeout)
+	return 0
+}
+
+func (d *dirNode) child(name string) string {
+	if d.path == "" {
+		return name
+	}
+	return d.path + "/" + name
+}
+
+func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	d.fsys.Counters.Lookups.Add(1)
+	if errno := d.ensure(ctx); errno != 0 {
+		return nil, errno
+	}
+	e, ok := d.tree.Lookup(name)
+	if !ok {
+		// Cache the miss as long as a hit: the tree never changes.
+		out.SetEntryTimeout(d.fsys.opts.Timeout)
+		return nil, syscall.ENOENT
+	}
+	p := d.child(name)
+	if e.Type == cas.TypeDir {
+		c := &dirNode{fsys: d.fsys, root: d.root, path: p, id: e.ID}
+		if errno := c.ensure(ctx); errno != 0 {
+			return nil, errno
+		}
+		c.fillAttr(&out.Attr)
+		d.fsys.setTimeouts(out)
+		return d.NewInode(ctx, c, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: out.Attr.Ino}), 0
+	}
+	n := &leafNode{fsys: d.fsys, entry: *e, ino: d.leafIno(e, p)}
+	n.fillAttr(&out.Attr)
+	d.fsys.setTimeouts(out)
+	return d.NewInode(ctx, n, fs.StableAttr{Mode: typeMode(e.Type), Ino: n.ino}), 0
+}
+
+func (d *dirNode) leafIno(e *cas.Entry, p string) uint64 {
+	if e.LinkGroup != "" {
+		return inoFor(d.root, e.LinkGroup, true)
+	}
+	return inoFor(d.root, p, false)
+}
+
+// Readdir lists entries in the tree's (sorted, deterministic) order.
+func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	d.fsys.Counters.Readdirs.Add(1)
+	if errno := d.ensure(ctx); errno != 0 {
+		return nil, errno
+	}
+	list := make([]fuse.DirEntry, 0, len(d.tree.Entries))
+	for i := range d.tree.Entries {
+		e := &d.tree.Entries[i]
+		p := d.child(e.Name)
+		ino := inoFor(d.root, p, false)
+		if e.Type != cas.TypeDir {
+			ino = d.leafIno(e, p)
+		}
+		list = append(list, fuse.DirEntry{Name: e.Name, Mode: typeMode(e.Type), Ino: ino})
+	}
+	return fs.NewListDirStream(list), 0
+}
+
+func (d *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if errno := d.ensure(ctx); errno != 0 {
+		return 0, errno
+	}
+	return getxattr(d.tree.Xattrs, attr, dest)
+}
+
+func (d *dirNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	if errno := d.ensure(ctx); errno != 0 {
+		return 0, errno
+	}
+	return listxattr(d.tree.Xattrs, dest)
+}
+
+// leafNode is any non-directory: file, symlink, device or fifo.
+type leafNode struct {
+	fs.Inode
+	fsys  *FS
+	entry cas.Entry
+	ino   uint64
+}
+
+var (
+	_ fs.NodeGetattrer   = (*leafNode)(nil)
+	_ fs.NodeOpener      = (*leafNode)(nil)
+	_ fs.NodeReadlinker  = (*leafNode)(nil)
+	_ fs.NodeGetxattrer  = (*leafNode)(nil)
+	_ fs.NodeListxattrer = (*leafNode)(nil)
+)
+
+func (n *leafNode) fillAttr(out *fuse.Attr) {
+	e := &n.entry
+	fillCommon(out, &e.Attr)
+	out.Mode = typeMode(e.Type) | e.Mode
+	out.Ino = n.ino
+	out.Size = uint64(e.Size)
+	out.Blocks = (out.Size + 511) / 512
+	out.Nlink = 1
+	if e.Nlink > 1 {
+		out.Nlink = e.Nlink
+	}
+	if e.Type == cas.TypeCharDev || e.Type == cas.TypeBlockDev {
+		out.Rdev = uint32(mkdev(e.Major, e.Minor))
+	}
+}
+
+func (n *leafNode) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	out.SetTimeout(n.fsys.opts.Timeout)
+	return 0
+}
+
+func (n *leafNode) Readlink(context.Context) ([]byte, syscall.Errno) {
+	if n.entry.Type != cas.TypeSymlink {
+		return nil, syscall.EINVAL
+	}
+	return []byte(n.entry.Target), 0
+}
+
+func (n *leafNode) Getxattr(_ context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	return getxattr(n.entry.Xattrs, attr, dest)
+}
+
+func (n *leafNode) Listxattr(_ context.Context, dest []byte) (uint32, syscall.Errno) {
+	return listxattr(n.entry.Xattrs, dest)
+}
+
+// Open serves a file's blob. Writes are refused (the mount is read-only in
+// the kernel as well). The first open of a blob in this process verifies it.
+func (n *leafNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.fsys.Counters.Opens.Add(1)
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	if n.entry.Type != cas.TypeFile {
+		return nil, 0, syscall.EINVAL
+	}
+	if errno := n.fsys.verify(ctx, n.entry.ID); errno != 0 {
+		return nil, 0, errno
+	}
+	if n.fsys.paths != nil {
+		fd, err := syscall.Open(n.fsys.paths.Path(n.entry.ID), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, 0, toErrno(err)
+		}
+		return &fdHandle{fd: fd}, fuse.FOPEN_KEEP_CACHE, 0
+	}
+	return &streamHandle{fsys: n.fsys, id: n.entry.ID}, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// verify hashes a blob once per process before anything serves it.
+func (f *FS) verify(ctx context.Context, id cas.ID) syscall.Errno {
+	f.mu.Lock()
+	ok := f.verified[id]
+	f.mu.Unlock()
+	if ok {
+		return 0
+	}
+	f.Counters.BlobVerifies.Add(1)
+	rc, err := f.opts.Store.Get(ctx, id)
+	if err == nil {
+		_, err = io.Copy(io.Discard, rc)
+		rc.Close()
+	}
+	if err != nil {
+		f.opts.Logger.Error("verify blob", "blob", id.String(), "err", err)
+		return toErrno(err)
+	}
+	f.mu.Lock()
+	f.verified[id] = true
+	f.mu.Unlock()
+	return 0
+}
+
+// fdHandle reads a local blob file; the kernel reads it directly when
+// passthrough is available.
+type fdHandle struct {
+	fd int
+}
+
+var (
+	_ fs.FilePassthroughFder = (*fdHandle)(nil)
+	_ fs.FileReader          = (*fdHandle)(nil)
+	_ fs.FileReleaser        = (*fdHandle)(nil)
+)
+
+func (h *fdHandle) PassthroughFd() (int, bool) { return h.fd, true }
+
+func (h *fdHandle) Read(_ context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return fuse.ReadResultFd(uintptr(h.fd), off, len(dest)), 0
+}
+
+func (h *fdHandle) Release(context.Context) syscall.Errno {
+	return toErrno(syscall.Close(h.fd))
+}
+
+// streamHandle serves a blob from a store that cannot name files: it reads
+// forward and reopens on a backward seek. Good enough for fakes and remote
+// tiers behind a local cache; the hot path is fdHandle.
+type streamHandle struct {
+	fsys *FS
+	id   cas.ID
+	mu   sync.Mutex
+	rc   io.ReadCloser
+	pos  int64
+}
+
+func (h *streamHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rc == nil || off < h.pos {
+		if h.rc != nil {
+			h.rc.Close()
+		}
+		rc, err := h.fsys.opts.Store.Get(ctx, h.id)
+		if err != nil {
+			return nil, toErrno(err)
+		}
+		h.rc, h.pos = rc, 0
+	}
+	if off > h.pos {
+		n, err := io.CopyN(io.Discard, h.rc, off-h.pos)
+		h.pos += n
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, toErrno(err)
+		}
+	}
+	n, err := io.ReadFull(h.rc, dest)
+	h.pos += int64(n)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, toErrno(err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *streamHandle) Release(context.Context) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rc != nil {
+		h.rc.Close()
+	}
+	return 0
+}
+
+func fillCommon(out *fuse.Attr, a *cas.Attr) {
+	out.Uid, out.Gid = a.UID, a.GID
+	sec, nsec := uint64(a.MtimeNs/1e9), uint32(a.MtimeNs%1e9)
+	if a.MtimeNs < 0 {
+		sec, nsec = 0, 0
+	}
+	out.Mtime, out.Mtimensec = sec, nsec
+	out.Atime, out.Atimensec = sec, nsec
+	out.Ctime, out.Ctimensec = sec, nsec
+	out.Blksize = 4096
+}
+
+func typeMode(t cas.Type) uint32 {
+	switch t {
+	case cas.TypeDir:
+		return syscall.S_IFDIR
+	case cas.TypeSymlink:
+		return syscall.S_IFLNK
+	case cas.TypeCharDev:
+		return syscall.S_IFCHR
+	case cas.TypeBlockDev:
+		return syscall.S_IFBLK
+	case cas.TypeFIFO:
+		return syscall.S_IFIFO
+	}
+	return syscall.S_IFREG
+}
+
+func mkdev(major, minor uint32) uint64 {
+	return uint64(minor&0xff) | uint64(major&0xfff)<<8 | uint64(minor&^0xff)<<12 | uint64(major&^0xfff)<<32
+}
+
+func getxattr(xs []cas.Xattr, name string, dest []byte) (uint32, syscall.Errno) {
+	for _, x := range xs {
+		if x.Name == name {
+			if len(dest) == 0 {
+				return uint32(len(x.Value)), 0
+			}
+			if len(dest) < len(x.Value) {
+				return uint32(len(x.Value)), syscall.ERANGE
+			}
+			return uint32(copy(dest, x.Value)), 0
+		}
+	}
+	return 0, syscall.ENODATA
+}
+
+func listxattr(xs []cas.Xattr, dest []byte) (uint32, syscall.Errno) {
+	n := 0
+	for _, x := range xs {
+		n += len(x.Name) + 1
+	}
+	if len(dest) == 0 {
+		return uint32(n), 0
+	}
+	if len(dest) < n {
+		return uint32(n), syscall.ERANGE
+	}
+	off := 0
+	for _, x := range xs {
+		off += copy(dest[off:], x.Name)
+		dest[off] = 0
+		off++
+	}
+	return uint32(n), 0
+}
+
+// toErrno is the one translation of errors to errnos in this package.
+func toErrno(err error) syscall.Errno {
+	var errno syscall.Errno
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &errno):
+		return errno
+	case errors.Is(err, cas.ErrNotFound):
+		return syscall.ENOENT
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return syscall.EINTR
+	default:
+		return syscall.EIO
+	}
+}
