@@ -56,6 +56,9 @@ func (o *Options) validate() error {
 // laziness.
 type Counters struct {
 	Lookups, Readdirs, Opens, TreeReads, BlobVerifies atomic.Int64
+	// Reads counts reads served by this process: zero for files the kernel
+	// reads through passthrough.
+	Reads atomic.Int64
 }
 
 // FS is the projection: the root of the mount.

@@ -220,7 +220,7 @@ func (n *leafNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		if err != nil {
 			return nil, 0, toErrno(err)
 		}
-		return &fdHandle{fd: fd}, fuse.FOPEN_KEEP_CACHE, 0
+		return &fdHandle{fsys: n.fsys, fd: fd}, fuse.FOPEN_KEEP_CACHE, 0
 	}
 	return &streamHandle{fsys: n.fsys, id: n.entry.ID}, fuse.FOPEN_KEEP_CACHE, 0
 }
@@ -252,7 +252,8 @@ func (f *FS) verify(ctx context.Context, id cas.ID) syscall.Errno {
 // fdHandle reads a local blob file; the kernel reads it directly when
 // passthrough is available.
 type fdHandle struct {
-	fd int
+	fsys *FS
+	fd   int
 }
 
 var (
@@ -264,6 +265,7 @@ var (
 func (h *fdHandle) PassthroughFd() (int, bool) { return h.fd, true }
 
 func (h *fdHandle) Read(_ context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.fsys.Counters.Reads.Add(1)
 	return fuse.ReadResultFd(uintptr(h.fd), off, len(dest)), 0
 }
 
@@ -283,6 +285,7 @@ type streamHandle struct {
 }
 
 func (h *streamHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.fsys.Counters.Reads.Add(1)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.rc == nil || off < h.pos {

@@ -1,0 +1,16 @@
+// Package delta owns an attempt's private writable layer: an overlayfs
+// mount whose lower layer is a projected root (fusefs) and whose upper and
+// work directories belong to the attempt alone, and the seal that turns the
+// upper directory back into a tree.
+//
+// Overlay features that would put state outside the upper directory or
+// encode it in ways seal cannot read are switched off: no redirect_dir
+// (renaming a lower directory copies it up instead), no index, no metacopy
+// (a copied-up file is whole in the upper dir), no xino. What the upper dir
+// holds is then exactly the change: new and copied-up files, whiteouts
+// (0:0 character devices), opaque directories (trusted.overlay.opaque=y) and
+// directories whose metadata changed.
+//
+// Nothing here touches the journal: fabric records attempts, delta only
+// mounts, unmounts and seals directories.
+package delta

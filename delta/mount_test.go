@@ -1,0 +1,128 @@
+package delta
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/cas/local"
+	"github.com/esf-dev/esf/fusefs"
+)
+
+func requireMounts(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("overlay and FUSE mounts need root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+}
+
+// projected stores a small tree in a local store and projects it; it
+// returns the store and the projected root directory.
+func projected(t *testing.T, files map[string]string) (*local.Store, cas.ID, string) {
+	t.Helper()
+	requireMounts(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "cas"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cas.NewBuilder(st, cas.ZeroID)
+	for p, content := range files {
+		info, _, err := st.Put(ctx, strings.NewReader(content))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Put(ctx, p, cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: info.Size, ID: info.ID}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := b.Write(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fusefs.New(fusefs.Options{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	srv, err := fusefs.Mount(mnt, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount projection: %v", err)
+		}
+	})
+	return st, root, filepath.Join(mnt, "roots", root.String())
+}
+
+func attempt(t *testing.T, lower string) Layout {
+	t.Helper()
+	dir := t.TempDir()
+	l := Layout{Lower: lower, Dir: filepath.Join(dir, "delta"), Root: filepath.Join(dir, "root")}
+	if err := Mount(l); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Remove(l); err != nil {
+			t.Errorf("remove delta: %v", err)
+		}
+	})
+	return l
+}
+
+func TestSiblingDeltasAreIsolated(t *testing.T) {
+	_, _, lower := projected(t, map[string]string{"a.txt": "base a", "d/b.txt": "base b", "gone.txt": "x"})
+	one, two := attempt(t, lower), attempt(t, lower)
+	if !Mounted(one.Root) || !Mounted(two.Root) {
+		t.Fatal("roots not mounted")
+	}
+	entries, _ := os.ReadDir(one.Upper())
+	if len(entries) != 0 {
+		t.Fatalf("fresh upper dir holds %d entries, want none", len(entries))
+	}
+	// Reads of lower content go through the projection (passthrough).
+	if b, err := os.ReadFile(filepath.Join(one.Root, "d/b.txt")); err != nil || string(b) != "base b" {
+		t.Fatalf("read through overlay = %q, %v", b, err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(one.Root, "a.txt"), []byte("one's a"), 0o644))
+	must(os.WriteFile(filepath.Join(one.Root, "new.txt"), []byte("new"), 0o644))
+	must(os.Remove(filepath.Join(one.Root, "gone.txt")))
+	must(os.Rename(filepath.Join(one.Root, "d/b.txt"), filepath.Join(one.Root, "moved.txt")))
+
+	if b, _ := os.ReadFile(filepath.Join(two.Root, "a.txt")); string(b) != "base a" {
+		t.Errorf("sibling sees a.txt = %q", b)
+	}
+	for _, p := range []string{"new.txt", "moved.txt"} {
+		if _, err := os.Stat(filepath.Join(two.Root, p)); !os.IsNotExist(err) {
+			t.Errorf("sibling sees %s (err %v)", p, err)
+		}
+	}
+	for _, p := range []string{"gone.txt", "d/b.txt"} {
+		if _, err := os.Stat(filepath.Join(two.Root, p)); err != nil {
+			t.Errorf("sibling lost %s: %v", p, err)
+		}
+	}
+	// The lower projection itself is untouched and read-only.
+	if b, _ := os.ReadFile(filepath.Join(lower, "a.txt")); string(b) != "base a" {
+		t.Errorf("lower changed: %q", b)
+	}
+	if err := os.WriteFile(filepath.Join(lower, "a.txt"), nil, 0o644); err == nil {
+		t.Error("lower projection is writable")
+	}
+}
