@@ -27,6 +27,8 @@ type Builder struct {
 	root *bnode
 	// baseLinks is set once a loaded base entry belongs to a link group.
 	baseLinks bool
+	// links numbers the keys Link invents, so a key is never reused.
+	links int
 }
 
 type bnode struct {
@@ -67,7 +69,7 @@ func (b *Builder) load(ctx context.Context, n *bnode) error {
 			c.base = e.ID
 			c.entry = Entry{Name: e.Name, Type: TypeDir}
 		} else if e.LinkGroup != "" {
-			c.linkKey = "base:" + e.LinkGroup
+			c.linkKey = "\x00base:" + e.LinkGroup
 			b.baseLinks = true
 		}
 		n.children[e.Name] = c
@@ -153,6 +155,20 @@ func (b *Builder) Put(ctx context.Context, p string, e Entry, linkKey string) er
 	if err != nil {
 		return err
 	}
+	if e.Type == TypeDir {
+		if err := validateAttr(&e.Attr); err != nil {
+			return fmt.Errorf("put %s: %w", p, err)
+		}
+	} else if len(parts) > 0 {
+		e.Name = parts[len(parts)-1]
+		e.LinkGroup, e.Nlink = "", 0
+		if e.Type == TypeSymlink {
+			e.Size = int64(len(e.Target))
+		}
+		if err := validateEntry(&e); err != nil {
+			return fmt.Errorf("put %s: %w", p, err)
+		}
+	}
 	if len(parts) == 0 {
 		if e.Type != TypeDir {
 			return fmt.Errorf("root must be a directory, not a %s: %w", e.Type, ErrInvalidArgument)
@@ -168,8 +184,9 @@ func (b *Builder) Put(ctx context.Context, p string, e Entry, linkKey string) er
 	if err != nil {
 		return err
 	}
+	c := dir.children[name]
 	if e.Type == TypeDir {
-		if c := dir.children[name]; c != nil && c.entry.Type == TypeDir {
+		if c != nil && c.entry.Type == TypeDir {
 			if err := b.load(ctx, c); err != nil {
 				return err
 			}
@@ -180,13 +197,10 @@ func (b *Builder) Put(ctx context.Context, p string, e Entry, linkKey string) er
 			loaded: true, dirty: true, children: map[string]*bnode{}}
 		return nil
 	}
-	e.Name = name
-	e.LinkGroup, e.Nlink = "", 0
-	if e.Type == TypeSymlink {
-		e.Size = int64(len(e.Target))
-	}
-	if err := validateEntry(&e); err != nil {
-		return fmt.Errorf("put %s: %w", p, err)
+	if c != nil {
+		if err := b.removing(ctx, c); err != nil {
+			return err
+		}
 	}
 	dir.children[name] = &bnode{entry: e, linkKey: linkKey}
 	return nil
@@ -236,7 +250,8 @@ func (b *Builder) Link(ctx context.Context, newPath, oldPath string) error {
 	}
 	if key == "" {
 		// Give the target an identity so both names join one group.
-		key = "link:" + strings.Trim(oldPath, "/")
+		b.links++
+		key = fmt.Sprintf("\x00link:%d", b.links)
 		parts, _ := splitPath(oldPath)
 		dir, err := b.walkTo(ctx, parts[:len(parts)-1], false, Attr{}, true)
 		if err != nil {
@@ -262,8 +277,12 @@ func (b *Builder) Delete(ctx context.Context, p string) error {
 		return err
 	}
 	name := parts[len(parts)-1]
-	if _, ok := dir.children[name]; !ok {
+	c, ok := dir.children[name]
+	if !ok {
 		return nil
+	}
+	if err := b.removing(ctx, c); err != nil {
+		return err
 	}
 	// Mark the path only now that something changes.
 	if _, err := b.walkTo(ctx, parts[:len(parts)-1], false, Attr{}, true); err != nil {
@@ -285,6 +304,9 @@ func (b *Builder) Clear(ctx context.Context, p string) error {
 	if err != nil || dir == nil || len(dir.children) == 0 {
 		return err
 	}
+	if err := b.removing(ctx, dir); err != nil {
+		return err
+	}
 	if _, err := b.walkTo(ctx, parts, false, Attr{}, true); err != nil {
 		return err
 	}
@@ -303,6 +325,19 @@ func (b *Builder) Write(ctx context.Context, p Putter) (ID, error) {
 	}
 	b.assignLinks()
 	return b.write(ctx, p, b.root)
+}
+
+// removing is called before n (or, for Clear, n's children) leaves the
+// tree. If the subtree holds members of a base link group, the survivors'
+// group name and count change, and Write can only compute them if it loads
+// the whole base; whether it does is only known by reading the subtree's
+// trees (never its blobs). A removed non-directory needs nothing: its parent
+// is loaded, and loading it already noted its group.
+func (b *Builder) removing(ctx context.Context, n *bnode) error {
+	if b.baseLinks || n.entry.Type != TypeDir {
+		return nil
+	}
+	return b.loadAll(ctx, n)
 }
 
 func (b *Builder) loadAll(ctx context.Context, n *bnode) error {
@@ -360,13 +395,13 @@ func (b *Builder) assignLinks() {
 	}
 	visit(b.root, "")
 	for _, g := range order {
+		group, nlink := g.first, uint32(len(g.nodes))
+		if nlink < 2 {
+			group, nlink = "", 0
+		}
 		for _, c := range g.nodes {
-			if len(g.nodes) < 2 {
-				c.entry.LinkGroup, c.entry.Nlink = "", 0
-				continue
-			}
-			if c.entry.LinkGroup != g.first || c.entry.Nlink != uint32(len(g.nodes)) {
-				c.entry.LinkGroup, c.entry.Nlink = g.first, uint32(len(g.nodes))
+			if c.entry.LinkGroup != group || c.entry.Nlink != nlink {
+				c.entry.LinkGroup, c.entry.Nlink = group, nlink
 				// The entry changed; its directory must be re-encoded. Marking
 				// every loaded directory dirty would cost a full write, so mark
 				// precisely: re-walk is cheap because groups are rare.

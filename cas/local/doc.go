@@ -1,0 +1,40 @@
+// Package local is the embedded disk implementation of cas.Store: one
+// read-only file per object under
+//
+//	<dir>/objects/<first 2 hex digits>/<remaining 62 hex digits>
+//	<dir>/tmp/                       temp files of Puts in progress
+//
+// Objects are stored raw, so the FUSE layer can hand the kernel the file at
+// Path(id) as a passthrough backing file.
+//
+// Durability (one protocol, see STYLE.md): Put streams into a temp file in
+// <dir>/tmp while hashing, makes it read-only (0444) and fsyncs it, then
+// publishes it with a rename that never replaces (renameat2 RENAME_NOREPLACE,
+// falling back to link+unlink) and fsyncs the fan-out directory. The mode is
+// set before publishing rather than after so that an object is never visible
+// writable and its mode is covered by the file's own fsync. A fan-out
+// directory is created on first use and its parent fsynced then. Objects that
+// fit in one buffer (most files and every tree) are hashed before any temp
+// file exists, so storing one that is already present costs a single stat.
+//
+// "Put returned" means "durable", including when the object already existed:
+// an existing object from an earlier run was made durable by Open (which
+// fsyncs every fan-out directory), and one that another Put of this process
+// has renamed but not yet fsynced is fsynced again by the Put that found it.
+// Delete does not fsync: an object that reappears after a crash is garbage
+// the next collection removes again.
+//
+// Invariants: a file under objects/ always holds bytes whose BLAKE3-256 is its
+// name, unless the disk corrupted it; Get hashes what it serves and ends with
+// cas.ErrCorrupt instead of io.EOF in that case. Names under objects/ that
+// are not object names are ignored (never listed, never deleted).
+//
+// Temp files: every failed or cancelled Put removes its own. Open removes
+// temp files older than Options.StaleTempAge (an hour by default), left by a
+// process that died mid-Put. It does not remove them all, because another
+// process (the FUSE server) may open the same store while esfd is writing.
+//
+// Concurrency: a Store is safe for concurrent use by many goroutines and, for
+// readers, by other processes. Concurrent Puts of the same object are safe:
+// exactly one publishes it (created true), the others see it exists.
+package local
