@@ -18,7 +18,8 @@ type Getter interface {
 	// closes the reader. The reader hashes what it returns: if the bytes do
 	// not match id, the read that reaches the end returns ErrCorrupt instead
 	// of io.EOF, so a consumer that reads to the end never takes corrupted
-	// bytes as complete content.
+	// bytes as complete content. Bytes read before that error must be
+	// discarded: consumers stage them and publish only after a clean EOF.
 	Get(ctx context.Context, id ID) (io.ReadCloser, error)
 }
 

@@ -32,8 +32,9 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 	v.h.Write(p[:n])
 	if err == io.EOF {
 		if IDFromHash(v.h) != v.id {
-			// Withhold the last chunk too: a caller that stops at the error
-			// has not been handed the tail of the bad object.
+			// Bytes returned before EOF were already handed out: a consumer
+			// must treat everything it read as unusable on this error (write
+			// to a temporary name and publish only after a clean EOF).
 			v.err = corruptError(v.id)
 			return 0, v.err
 		}

@@ -1,0 +1,568 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/cas"
+)
+
+// treeReader reads and decodes one tree; tests substitute one that skips the
+// decoder's validation to prove the exporter's own checks.
+type treeReader func(ctx context.Context, g cas.Getter, id cas.ID) (*cas.Tree, error)
+
+const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+
+// ToDir materialises root into dest. dest must not exist (its parent must) or
+// be an empty directory; a symlink, a non-directory or a non-empty directory
+// is ErrFailedPrecondition. dest takes the root tree's mode, owner, xattrs
+// and mtime. See the package documentation for the safety argument, the
+// order of operations and what a failed export leaves behind.
+func ToDir(ctx context.Context, g cas.Getter, root cas.ID, dest string, opts Options) (Stats, error) {
+	return toDir(ctx, g, root, dest, opts, cas.ReadTree)
+}
+
+func toDir(ctx context.Context, g cas.Getter, root cas.ID, dest string, opts Options, read treeReader) (Stats, error) {
+	opts = opts.withDefaults()
+	x := &dirExporter{
+		ctx:      ctx,
+		g:        g,
+		opts:     opts,
+		log:      opts.Logger,
+		readTree: read,
+		chown:    !opts.NoOwnership && os.Geteuid() == 0,
+		buf:      make([]byte, bufSize),
+		links:    map[string]linkFirst{},
+		warned:   map[string]bool{},
+	}
+	if err := x.run(root, dest); err != nil {
+		return x.stats, fmt.Errorf("export %s to %s: %w", root.Short(), dest, err)
+	}
+	x.log.Debug("exported tree", "root", root.Short(), "dest", dest, "files", x.stats.Files,
+		"dirs", x.stats.Dirs, "bytes", x.stats.Bytes, "skipped", x.stats.Skipped)
+	return x.stats, nil
+}
+
+type dirExporter struct {
+	ctx      context.Context
+	g        cas.Getter
+	opts     Options
+	log      *slog.Logger
+	readTree treeReader
+	chown    bool
+	buf      []byte
+	stats    Stats
+	rootFD   int
+	// links maps a link group to where its first member was created.
+	links  map[string]linkFirst
+	seq    int // temporary file names
+	proc   int // 0 unknown, 1 /proc/self/fd usable, -1 not
+	warned map[string]bool
+}
+
+type linkFirst struct {
+	dir   string // directory of the first member, relative to dest
+	name  string
+	entry cas.Entry
+}
+
+func (x *dirExporter) run(root cas.ID, dest string) error {
+	// Read the root first: a missing or corrupt root must not create dest.
+	t, err := x.readTree(x.ctx, x.g, root)
+	if err != nil {
+		return err
+	}
+	if err := x.ctx.Err(); err != nil {
+		return err
+	}
+	fd, err := openDest(dest)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	x.rootFD = fd
+	// Private while we fill it; it takes the root's own mode at the end.
+	if err := unix.Fchmod(fd, 0o700); err != nil {
+		return fmt.Errorf("chmod destination: %w", err)
+	}
+	if err := x.fillDir(fd, t, ""); err != nil {
+		return err
+	}
+	if err := x.finishDir(fd, &t.Attr, "."); err != nil {
+		return fmt.Errorf("root: %w", err)
+	}
+	x.stats.Dirs++
+	return nil
+}
+
+// openDest opens dest, creating it if missing, and insists it is an empty
+// directory reached without following a final symlink.
+func openDest(dest string) (int, error) {
+	// A trailing slash would make the kernel follow a final symlink.
+	if p := strings.TrimRight(dest, "/"); p != "" {
+		dest = p
+	}
+	fd, err := unix.Open(dest, dirFlags, 0)
+	if err == unix.ENOENT {
+		if err := unix.Mkdir(dest, 0o700); err != nil && err != unix.EEXIST {
+			if err == unix.ENOENT {
+				return -1, fmt.Errorf("create destination: parent of %s missing: %w", dest, ErrNotFound)
+			}
+			return -1, &os.PathError{Op: "mkdir", Path: dest, Err: err}
+		}
+		fd, err = unix.Open(dest, dirFlags, 0)
+	}
+	switch err {
+	case nil:
+	case unix.ELOOP, unix.ENOTDIR:
+		// O_NOFOLLOW|O_DIRECTORY on a symlink gives either.
+		return -1, fmt.Errorf("destination %s is not a directory (symlinks are not followed): %w", dest, ErrFailedPrecondition)
+	default:
+		return -1, &os.PathError{Op: "open", Path: dest, Err: err}
+	}
+	empty, err := dirEmpty(fd)
+	if err == nil && !empty {
+		err = fmt.Errorf("destination %s is not empty: %w", dest, ErrFailedPrecondition)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// dirEmpty reads fd's directory through a fresh open file description, so
+// fd's own offset is left alone.
+func dirEmpty(fd int) (bool, error) {
+	rfd, err := unix.Openat(fd, ".", dirFlags, 0)
+	if err != nil {
+		return false, fmt.Errorf("open destination: %w", err)
+	}
+	f := os.NewFile(uintptr(rfd), "dest")
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if err == io.EOF {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read destination: %w", err)
+	}
+	return len(names) == 0, nil
+}
+
+// fillDir creates t's entries in the directory fd, which is dir (relative to
+// dest) and which the export created and holds open.
+func (x *dirExporter) fillDir(fd int, t *cas.Tree, dir string) error {
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		if err := x.ctx.Err(); err != nil {
+			return err
+		}
+		if err := checkEntry(e); err != nil {
+			if dir == "" {
+				return err
+			}
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+		rel := joinPath(dir, e.Name)
+		if e.Type == cas.TypeDir {
+			// Errors from below carry their own path.
+			if err := x.dir(fd, e, rel); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := x.leaf(fd, e, dir); err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+	}
+	return nil
+}
+
+func (x *dirExporter) dir(parent int, e *cas.Entry, rel string) error {
+	t, err := x.readTree(x.ctx, x.g, e.ID)
+	if err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	if err := unix.Mkdirat(parent, e.Name, 0o700); err != nil {
+		return fmt.Errorf("%s: mkdir: %w", rel, err)
+	}
+	fd, err := unix.Openat(parent, e.Name, dirFlags, 0)
+	if err != nil {
+		return fmt.Errorf("%s: open: %w", rel, err)
+	}
+	// One descriptor per level, closed as soon as the level is done.
+	defer unix.Close(fd)
+	if err := x.fillDir(fd, t, rel); err != nil {
+		return err
+	}
+	if err := x.finishDir(fd, &t.Attr, rel); err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	x.stats.Dirs++
+	return nil
+}
+
+// finishDir gives a populated directory its attributes.
+func (x *dirExporter) finishDir(fd int, a *cas.Attr, rel string) error {
+	if x.chown {
+		if err := unix.Fchown(fd, int(a.UID), int(a.GID)); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	if err := x.setXattrs(a.Xattrs, rel, func(n string, v []byte) error { return unix.Fsetxattr(fd, n, v, 0) }); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(fd, a.Mode); err != nil {
+		return fmt.Errorf("chmod: %w", err)
+	}
+	if err := futimens(fd, a.MtimeNs); err != nil {
+		return fmt.Errorf("set mtime: %w", err)
+	}
+	return nil
+}
+
+// leaf creates the non-directory e in the directory fd (dir, relative to
+// dest), or links it to its group's first member.
+func (x *dirExporter) leaf(fd int, e *cas.Entry, dir string) error {
+	if e.LinkGroup != "" {
+		if first, ok := x.links[e.LinkGroup]; ok {
+			if !sameContent(&first.entry, e) {
+				return fmt.Errorf("link group %q: members differ in type or content: %w", e.LinkGroup, ErrCorrupt)
+			}
+			if err := x.link(first, fd, e.Name); err != nil {
+				return err
+			}
+			x.stats.Links++
+			return nil
+		}
+	}
+	var created bool
+	var err error
+	switch e.Type {
+	case cas.TypeFile:
+		created, err = true, x.file(fd, e, joinPath(dir, e.Name))
+	case cas.TypeSymlink:
+		created, err = true, x.symlink(fd, e, joinPath(dir, e.Name))
+	default:
+		created, err = x.special(fd, e, joinPath(dir, e.Name))
+	}
+	if err != nil || !created {
+		return err
+	}
+	if e.LinkGroup != "" {
+		x.links[e.LinkGroup] = linkFirst{dir: dir, name: e.Name, entry: *e}
+	}
+	return nil
+}
+
+// file writes a regular file under a temporary name, completes it and only
+// then renames it into place, so its final name never shows partial or
+// unverified content.
+func (x *dirExporter) file(dirfd int, e *cas.Entry, rel string) (err error) {
+	tmp, fd, err := x.createTemp(dirfd, e.Name)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if err != nil {
+			unix.Unlinkat(dirfd, tmp, 0)
+		}
+	}()
+	n, err := copyBlob(x.ctx, x.g, e, fdWriter(fd), x.buf, x.opts.Progress)
+	if err != nil {
+		return err
+	}
+	if x.chown {
+		if err := unix.Fchown(fd, int(e.UID), int(e.GID)); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	if err := x.setXattrs(e.Xattrs, rel, func(n string, v []byte) error { return unix.Fsetxattr(fd, n, v, 0) }); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(fd, e.Mode); err != nil {
+		return fmt.Errorf("chmod: %w", err)
+	}
+	if err := futimens(fd, e.MtimeNs); err != nil {
+		return fmt.Errorf("set mtime: %w", err)
+	}
+	cerr := unix.Close(fd)
+	fd = -1
+	if cerr != nil {
+		return fmt.Errorf("close: %w", cerr)
+	}
+	if err := renameNoReplace(dirfd, tmp, e.Name); err != nil {
+		return fmt.Errorf("rename into place: %w", err)
+	}
+	x.stats.Files++
+	x.stats.Bytes += n
+	return nil
+}
+
+// createTemp creates an empty private file in dirfd under a fresh temporary
+// name, never final (the name the file will take).
+func (x *dirExporter) createTemp(dirfd int, final string) (string, int, error) {
+	for range 100 {
+		x.seq++
+		name := ".esf-export-" + strconv.Itoa(x.seq) + ".tmp"
+		if name == final {
+			continue
+		}
+		fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err == unix.EEXIST {
+			// The tree has an entry of that name; try the next.
+			continue
+		}
+		if err != nil {
+			return "", -1, fmt.Errorf("create: %w", err)
+		}
+		return name, fd, nil
+	}
+	return "", -1, fmt.Errorf("create: no free temporary name")
+}
+
+// renameNoReplace moves old to new in dirfd, failing if new exists.
+func renameNoReplace(dirfd int, old, new string) error {
+	err := unix.Renameat2(dirfd, old, dirfd, new, unix.RENAME_NOREPLACE)
+	if err != unix.EINVAL && err != unix.ENOSYS {
+		return err
+	}
+	// The filesystem lacks RENAME_NOREPLACE; link is no-replace too.
+	if err := unix.Linkat(dirfd, old, dirfd, new, 0); err != nil {
+		return err
+	}
+	return unix.Unlinkat(dirfd, old, 0)
+}
+
+func (x *dirExporter) symlink(dirfd int, e *cas.Entry, rel string) (err error) {
+	if err := unix.Symlinkat(e.Target, dirfd, e.Name); err != nil {
+		return fmt.Errorf("symlink: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			unix.Unlinkat(dirfd, e.Name, 0)
+		}
+	}()
+	if x.chown {
+		if err := unix.Fchownat(dirfd, e.Name, int(e.UID), int(e.GID), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	// Linux ignores a symlink's mode; there is nothing to chmod.
+	if err := x.setXattrsAt(dirfd, e, rel); err != nil {
+		return err
+	}
+	if err := utimensNoFollow(dirfd, e.Name, e.MtimeNs); err != nil {
+		return fmt.Errorf("set mtime: %w", err)
+	}
+	x.stats.Symlinks++
+	return nil
+}
+
+// special creates a fifo or device node; created is false when the kernel
+// refused a device for lack of privilege and it was skipped.
+func (x *dirExporter) special(dirfd int, e *cas.Entry, rel string) (created bool, err error) {
+	var mode uint32
+	var dev uint64
+	switch e.Type {
+	case cas.TypeFIFO:
+		mode = unix.S_IFIFO
+	case cas.TypeCharDev:
+		mode, dev = unix.S_IFCHR, unix.Mkdev(e.Major, e.Minor)
+	case cas.TypeBlockDev:
+		mode, dev = unix.S_IFBLK, unix.Mkdev(e.Major, e.Minor)
+	default:
+		return false, fmt.Errorf("unknown type %d: %w", e.Type, ErrCorrupt)
+	}
+	if err := unix.Mknodat(dirfd, e.Name, mode|0o600, int(dev)); err != nil {
+		if err == unix.EPERM && e.Type != cas.TypeFIFO {
+			x.log.Warn("export: skipped device node: not permitted", "path", rel,
+				"type", e.Type.String(), "major", e.Major, "minor", e.Minor)
+			x.stats.Skipped++
+			return false, nil
+		}
+		return false, fmt.Errorf("mknod: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			unix.Unlinkat(dirfd, e.Name, 0)
+		}
+	}()
+	if x.chown {
+		if err := unix.Fchownat(dirfd, e.Name, int(e.UID), int(e.GID), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return false, fmt.Errorf("chown: %w", err)
+		}
+	}
+	if err := x.setXattrsAt(dirfd, e, rel); err != nil {
+		return false, err
+	}
+	if err := chmodNoFollow(dirfd, e.Name, e.Mode); err != nil {
+		return false, fmt.Errorf("chmod: %w", err)
+	}
+	if err := utimensNoFollow(dirfd, e.Name, e.MtimeNs); err != nil {
+		return false, fmt.Errorf("set mtime: %w", err)
+	}
+	x.stats.Others++
+	return true, nil
+}
+
+// link makes name in dirfd a hard link to the group's first member. It finds
+// the member again by walking the export's own directories from dest without
+// following symlinks, and links without AT_SYMLINK_FOLLOW, so even a
+// hand-made tree cannot turn the link into a path out of dest.
+func (x *dirExporter) link(first linkFirst, dirfd int, name string) error {
+	src := x.rootFD
+	if first.dir != "" {
+		for _, c := range strings.Split(first.dir, "/") {
+			if err := cas.ValidName(c); err != nil {
+				return fmt.Errorf("link: %w", err)
+			}
+			next, err := unix.Openat(src, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if src != x.rootFD {
+				unix.Close(src)
+			}
+			if err != nil {
+				return fmt.Errorf("link to %s: open %s: %w", joinPath(first.dir, first.name), c, err)
+			}
+			src = next
+		}
+		defer unix.Close(src)
+	}
+	if err := unix.Linkat(src, first.name, dirfd, name, 0); err != nil {
+		return fmt.Errorf("link to %s: %w", joinPath(first.dir, first.name), err)
+	}
+	return nil
+}
+
+// setXattrs applies xs with set, skipping with a warning what the filesystem
+// or our privileges refuse.
+func (x *dirExporter) setXattrs(xs []cas.Xattr, rel string, set func(name string, val []byte) error) error {
+	if x.opts.NoXattrs {
+		return nil
+	}
+	for _, xa := range xs {
+		err := set(xa.Name, xa.Value)
+		switch {
+		case err == nil:
+		case err == unix.ENOTSUP || err == unix.EPERM:
+			x.skipXattr(rel, xa.Name, err)
+		default:
+			return fmt.Errorf("set xattr %s: %w", xa.Name, err)
+		}
+	}
+	return nil
+}
+
+func (x *dirExporter) skipXattr(rel, name string, err error) {
+	x.stats.Skipped++
+	// Once per name: a tree full of one refused xattr is one problem.
+	lvl := slog.LevelDebug
+	if !x.warned[name] {
+		x.warned[name] = true
+		lvl = slog.LevelWarn
+	}
+	x.log.Log(x.ctx, lvl, "export: skipped xattr", "path", rel, "xattr", name, "err", err)
+}
+
+// setXattrsAt sets the xattrs of a symlink, fifo or device, which cannot be
+// opened for fsetxattr, through the /proc magic link of their directory.
+func (x *dirExporter) setXattrsAt(dirfd int, e *cas.Entry, rel string) error {
+	if x.opts.NoXattrs || len(e.Xattrs) == 0 {
+		return nil
+	}
+	if !x.procUsable() {
+		for _, xa := range e.Xattrs {
+			x.skipXattr(rel, xa.Name, errors.New("/proc/self/fd unavailable"))
+		}
+		return nil
+	}
+	p := procFD(dirfd) + "/" + e.Name
+	return x.setXattrs(e.Xattrs, rel, func(n string, v []byte) error { return unix.Lsetxattr(p, n, v, 0) })
+}
+
+func (x *dirExporter) procUsable() bool {
+	if x.proc == 0 {
+		x.proc = -1
+		var st unix.Stat_t
+		if err := unix.Stat(procFD(x.rootFD), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			x.proc = 1
+		}
+	}
+	return x.proc > 0
+}
+
+func procFD(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// chmodNoFollow sets the mode of a node the export created in dirfd without
+// ever following a symlink. fchmodat2 does that directly (Linux 6.6); where
+// it is missing (x/sys reports EOPNOTSUPP, as the kernel does for a
+// symlink), pin the node with O_PATH, check it is not a symlink, and chmod it
+// through its /proc magic link, which names that inode and nothing else.
+func chmodNoFollow(dirfd int, name string, mode uint32) error {
+	err := unix.Fchmodat(dirfd, name, mode, unix.AT_SYMLINK_NOFOLLOW)
+	if err != unix.EOPNOTSUPP {
+		return err
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return fmt.Errorf("%s is a symlink: %w", name, unix.ELOOP)
+	}
+	return unix.Chmod(procFD(fd), mode)
+}
+
+// futimens sets atime and mtime of fd to ns (utimensat with a NULL path).
+func futimens(fd int, ns int64) error {
+	ts := [2]unix.Timespec{unix.NsecToTimespec(ns), unix.NsecToTimespec(ns)}
+	_, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+func utimensNoFollow(dirfd int, name string, ns int64) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(ns), unix.NsecToTimespec(ns)}
+	return unix.UtimesNanoAt(dirfd, name, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// fdWriter writes to a raw descriptor, completing short writes.
+type fdWriter int
+
+func (w fdWriter) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Write(int(w), p[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			return n, io.ErrShortWrite
+		}
+		n += m
+	}
+	return n, nil
+}

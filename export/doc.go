@@ -1,0 +1,71 @@
+// Package export materialises a stored tree: into a directory (ToDir), as a
+// PAX tar stream (ToTar) or as a tar file written atomically, optionally
+// compressed (WriteTarFile). Lookup resolves a path inside a stored tree for
+// single-artifact exports.
+//
+// Safety: ToDir never writes outside dest, whatever the tree holds. Every
+// name passes cas.ValidName (the decoder checks it, and ToDir checks again),
+// and every filesystem call is relative to a descriptor of dest or of a
+// directory ToDir itself created, opened with O_NOFOLLOW|O_DIRECTORY: mkdirat,
+// openat(O_CREAT|O_EXCL|O_NOFOLLOW), symlinkat, mknodat, linkat without
+// AT_SYMLINK_FOLLOW, fchownat/utimensat with AT_SYMLINK_NOFOLLOW. Nothing is
+// ever resolved through a symlink the export created, and an existing name is
+// never reused (O_EXCL, mkdirat and renameat2(RENAME_NOREPLACE) all fail on
+// it). Symlink targets are written verbatim and never followed.
+//
+// Hard links: an entry's LinkGroup is used only as the key of its group, never
+// as a path to resolve. The first member met in depth-first name order is
+// created; later members are linked to wherever that first member was
+// created, found again by walking our own directories with O_NOFOLLOW. For a
+// whole root the first member met is the one LinkGroup names; for a subtree
+// (an artifact) the names still group correctly. Members of one group must
+// agree on type and content, or the tree is ErrCorrupt; their attributes
+// should agree too, and the first member's win.
+//
+// Order of operations on each node: content, then owner (fchown clears setuid
+// and security.capability), then xattrs, then mode, then mtime last.
+// Xattrs go before the mode so that a read-only file or directory can still
+// take them when the export does not run as root; chmod leaves xattrs alone
+// (a POSIX ACL's mask follows the group bits, which already agree with it).
+// A directory is created 0700 and gets its own owner, xattrs, mode and mtime
+// only after all of its children (post-order), so that populating it neither
+// bumps its mtime nor trips over its final mode. dest itself is made 0700
+// while the export runs and takes the root tree's attributes at the end.
+//
+// Regular files are written under a temporary name in their directory
+// (".esf-export-N.tmp"), completed (content verified against its id, owner,
+// xattrs, mode, mtime) and only then renamed to their final name with
+// RENAME_NOREPLACE; on any failure the temporary file is unlinked. So a file
+// never appears under its final name with partial or unverified content; a
+// crash can leave a temporary file behind. A failed export leaves what it
+// already completed in dest (it does not delete the caller's directory); the
+// caller removes it. Export does not fsync the files it writes into dest.
+//
+// Xattrs of symlinks, fifos and devices are set with lsetxattr on
+// "/proc/self/fd/<dirfd>/<name>": the kernel resolves the magic link to the
+// directory we hold open (not by path), then looks up one valid name in it,
+// and lsetxattr does not follow that final symlink. Without /proc those
+// xattrs are skipped like refused ones. Xattrs the filesystem or
+// our privileges refuse (ENOTSUP, EPERM, e.g. user.* on a symlink or
+// trusted.* as non-root) and devices that mknod refuses (EPERM without
+// CAP_MKNOD) are skipped with a warning (once per xattr name) and counted in
+// Stats.Skipped; any
+// other failure fails the export. Without root, a later hard-link member
+// whose first member sits in a directory without search permission fails
+// (EACCES): the link has to reach that directory by name.
+//
+// Tar: ToTar is deterministic for a root: depth-first name order, root first
+// as "./", directories as "./a/", numeric ids with empty user and group
+// names, PAX mtimes to the nanosecond, xattrs as SCHILY.xattr.* records, no
+// atime or ctime, hard links as TypeLink to the first member's name.
+//
+// Content is streamed through one reusable buffer per export; a blob that
+// does not match its id (the Getter's reader ends in cas.ErrCorrupt) or its
+// entry's size fails the export with ErrCorrupt. Descriptors: one per
+// directory level plus a few transient ones, so a deep tree needs depth fds.
+//
+// Concurrency: each call is sequential and uses only its own state; calls may
+// run concurrently with each other. Progress is called on the caller's
+// goroutine. Cancellation is checked between entries and between buffer
+// chunks.
+package export

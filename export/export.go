@@ -1,0 +1,179 @@
+package export
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/esf-dev/esf/cas"
+)
+
+// Options tune an export. The zero value is ready to use.
+type Options struct {
+	// Logger receives debug detail and warnings about what was skipped;
+	// nil discards.
+	Logger *slog.Logger
+	// Progress, if set, is called on the exporting goroutine with the number
+	// of content bytes just written (a delta, not a running total).
+	Progress func(bytes int64)
+	// NoOwnership skips chown in ToDir. Without it ToDir sets owners when it
+	// runs as root and leaves them to the kernel otherwise. Tars always carry
+	// the tree's numeric ids.
+	NoOwnership bool
+	// NoXattrs leaves extended attributes out of the export.
+	NoXattrs bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = func(int64) {}
+	}
+	return o
+}
+
+// Stats counts what an export produced.
+type Stats struct {
+	Files    int64 // regular files written with content
+	Dirs     int64 // directories, the root included
+	Symlinks int64
+	Others   int64 // fifos and devices
+	Links    int64 // extra names of hard-link groups (linked, not written)
+	Bytes    int64 // content bytes written
+	// Skipped counts what ToDir could not materialise and only warned about:
+	// devices mknod refused, xattrs the filesystem or privileges refused.
+	Skipped int64
+}
+
+// bufSize is the copy buffer: large enough to keep syscalls few, small
+// enough that an export's memory does not depend on its files' sizes.
+const bufSize = 1 << 20
+
+var emptyID = cas.Sum(nil)
+
+// copyBlob streams the content of file entry e to w through buf and returns
+// the bytes written. A blob that is not the content of e (hash or size) is
+// ErrCorrupt; by then part of it may have been written, so callers write
+// somewhere they can discard.
+func copyBlob(ctx context.Context, g cas.Getter, e *cas.Entry, w io.Writer, buf []byte, progress func(int64)) (int64, error) {
+	if e.Size == 0 && e.ID == emptyID {
+		return 0, nil
+	}
+	rc, err := g.Get(ctx, e.ID)
+	if err != nil {
+		return 0, fmt.Errorf("blob %s: %w", e.ID.Short(), err)
+	}
+	defer rc.Close()
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		m, rerr := rc.Read(buf)
+		if m > 0 {
+			if n+int64(m) > e.Size {
+				return n, fmt.Errorf("blob %s: longer than the entry's %d bytes: %w", e.ID.Short(), e.Size, ErrCorrupt)
+			}
+			if _, err := w.Write(buf[:m]); err != nil {
+				return n, err
+			}
+			n += int64(m)
+			progress(int64(m))
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return n, fmt.Errorf("blob %s: %w", e.ID.Short(), rerr)
+		}
+	}
+	if n != e.Size {
+		return n, fmt.Errorf("blob %s: %d bytes, the entry says %d: %w", e.ID.Short(), n, e.Size, ErrCorrupt)
+	}
+	return n, nil
+}
+
+// sameContent reports whether two members of one link group can be one
+// inode. Their attributes should agree too, but the first member's win; a
+// different type or content means the tree lies about the group.
+func sameContent(a, b *cas.Entry) bool {
+	return a.Type == b.Type && a.ID == b.ID && a.Size == b.Size && a.Target == b.Target &&
+		a.Major == b.Major && a.Minor == b.Minor
+}
+
+// checkEntry repeats the decoder's checks that safety depends on, so that a
+// tree from a source that skipped validation still cannot steer the export.
+func checkEntry(e *cas.Entry) error {
+	if err := cas.ValidName(e.Name); err != nil {
+		return fmt.Errorf("%v: %w", err, ErrCorrupt)
+	}
+	switch e.Type {
+	case cas.TypeFile, cas.TypeDir, cas.TypeSymlink, cas.TypeCharDev, cas.TypeBlockDev, cas.TypeFIFO:
+	default:
+		return fmt.Errorf("entry %q: unknown type %d: %w", e.Name, e.Type, ErrCorrupt)
+	}
+	if e.Type == cas.TypeSymlink && (e.Target == "" || strings.IndexByte(e.Target, 0) >= 0) {
+		return fmt.Errorf("entry %q: bad symlink target: %w", e.Name, ErrCorrupt)
+	}
+	if e.Mode&^cas.ModeMask != 0 {
+		return fmt.Errorf("entry %q: mode %o: %w", e.Name, e.Mode, ErrCorrupt)
+	}
+	return nil
+}
+
+func joinPath(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// Lookup resolves a slash-separated path inside root and returns its entry as
+// stored in its parent tree (a directory entry carries only Name, Type and
+// its tree's ID). The empty path, "/" and "." name the root itself, returned
+// as a directory entry with an empty name. Leading "/" and "./" and a
+// trailing "/" are accepted; "." or ".." components, empty components and
+// invalid names are ErrInvalidArgument. A missing path, or one that goes
+// through a non-directory (symlinks are not followed), is ErrNotFound.
+func Lookup(ctx context.Context, g cas.Getter, root cas.ID, path string) (cas.Entry, error) {
+	p := path
+	for {
+		q := strings.TrimPrefix(strings.TrimLeft(p, "/"), "./")
+		if q == p {
+			break
+		}
+		p = q
+	}
+	p = strings.TrimRight(p, "/")
+	if p == "" || p == "." {
+		return cas.Entry{Type: cas.TypeDir, ID: root}, nil
+	}
+	if err := cas.ValidPath(p); err != nil {
+		return cas.Entry{}, fmt.Errorf("lookup %q: %w", path, err)
+	}
+	parts := strings.Split(p, "/")
+	cur := cas.Entry{Type: cas.TypeDir, ID: root}
+	for i, name := range parts {
+		if err := ctx.Err(); err != nil {
+			return cas.Entry{}, err
+		}
+		if cur.Type != cas.TypeDir {
+			return cas.Entry{}, fmt.Errorf("lookup %q: %s is a %s, not a directory: %w",
+				path, strings.Join(parts[:i], "/"), cur.Type, ErrNotFound)
+		}
+		t, err := cas.ReadTree(ctx, g, cur.ID)
+		if err != nil {
+			return cas.Entry{}, fmt.Errorf("lookup %q: %w", path, err)
+		}
+		e, ok := t.Lookup(name)
+		if !ok {
+			return cas.Entry{}, fmt.Errorf("lookup %q: %s: %w", path, strings.Join(parts[:i+1], "/"), ErrNotFound)
+		}
+		cur = *e
+	}
+	return cur, nil
+}

@@ -1,0 +1,292 @@
+package export
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/esf-dev/esf/cas"
+)
+
+// ToTar streams root to w as a PAX tar: the root directory first as "./",
+// then every entry in depth-first name order as "./path" ("./path/" for a
+// directory), with numeric owners and empty user and group names, mtimes to
+// the nanosecond, xattrs as SCHILY.xattr.* records (unless NoXattrs), device
+// numbers, fifos, and every hard-link member after the first as a TypeLink to
+// the first member's name. No atime, ctime or host-dependent field is
+// written, so the same root always gives the same bytes. Content is verified
+// as it streams: when a blob turns out corrupt, most of its bytes are already
+// in w. So on any error w holds a truncated archive without its
+// end-of-archive marker (strict readers such as GNU tar report it; Go's
+// archive/tar may not), and the caller must discard it, as WriteTarFile does.
+// ToTar does not close w.
+func ToTar(ctx context.Context, g cas.Getter, root cas.ID, w io.Writer, opts Options) (Stats, error) {
+	return toTar(ctx, g, root, w, opts, cas.ReadTree)
+}
+
+func toTar(ctx context.Context, g cas.Getter, root cas.ID, w io.Writer, opts Options, read treeReader) (Stats, error) {
+	opts = opts.withDefaults()
+	x := &tarExporter{
+		ctx:      ctx,
+		g:        g,
+		opts:     opts,
+		readTree: read,
+		tw:       tar.NewWriter(w),
+		buf:      make([]byte, bufSize),
+		links:    map[string]tarFirst{},
+	}
+	if err := x.run(root); err != nil {
+		return x.stats, fmt.Errorf("export %s as tar: %w", root.Short(), err)
+	}
+	return x.stats, nil
+}
+
+type tarExporter struct {
+	ctx      context.Context
+	g        cas.Getter
+	opts     Options
+	readTree treeReader
+	tw       *tar.Writer
+	buf      []byte
+	stats    Stats
+	links    map[string]tarFirst
+}
+
+type tarFirst struct {
+	name  string // as written in the archive
+	entry cas.Entry
+}
+
+func (x *tarExporter) run(root cas.ID) error {
+	t, err := x.readTree(x.ctx, x.g, root)
+	if err != nil {
+		return err
+	}
+	if err := x.write(x.header(tar.TypeDir, "./", &t.Attr, true)); err != nil {
+		return err
+	}
+	x.stats.Dirs++
+	if err := x.walk(t, ""); err != nil {
+		return err
+	}
+	// Only a complete archive gets its end marker.
+	return x.tw.Close()
+}
+
+func (x *tarExporter) walk(t *cas.Tree, dir string) error {
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		if err := x.ctx.Err(); err != nil {
+			return err
+		}
+		if err := checkEntry(e); err != nil {
+			if dir == "" {
+				return err
+			}
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+		rel := joinPath(dir, e.Name)
+		if e.Type == cas.TypeDir {
+			ct, err := x.readTree(x.ctx, x.g, e.ID)
+			if err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+			if err := x.write(x.header(tar.TypeDir, "./"+rel+"/", &ct.Attr, true)); err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+			x.stats.Dirs++
+			if err := x.walk(ct, rel); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := x.leaf(e, rel); err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+	}
+	return nil
+}
+
+func (x *tarExporter) leaf(e *cas.Entry, rel string) error {
+	name := "./" + rel
+	if e.LinkGroup != "" {
+		if first, ok := x.links[e.LinkGroup]; ok {
+			if !sameContent(&first.entry, e) {
+				return fmt.Errorf("link group %q: members differ in type or content: %w", e.LinkGroup, ErrCorrupt)
+			}
+			// Extractors apply nothing but the link from this header, so it
+			// carries no xattrs.
+			h := x.header(tar.TypeLink, name, &e.Attr, false)
+			h.Linkname = first.name
+			if err := x.write(h); err != nil {
+				return err
+			}
+			x.stats.Links++
+			return nil
+		}
+		x.links[e.LinkGroup] = tarFirst{name: name, entry: *e}
+	}
+	switch e.Type {
+	case cas.TypeFile:
+		h := x.header(tar.TypeReg, name, &e.Attr, true)
+		h.Size = e.Size
+		if err := x.write(h); err != nil {
+			return err
+		}
+		n, err := copyBlob(x.ctx, x.g, e, x.tw, x.buf, x.opts.Progress)
+		if err != nil {
+			return err
+		}
+		x.stats.Files++
+		x.stats.Bytes += n
+		return nil
+	case cas.TypeSymlink:
+		h := x.header(tar.TypeSymlink, name, &e.Attr, true)
+		h.Linkname = e.Target
+		x.stats.Symlinks++
+		return x.write(h)
+	case cas.TypeCharDev, cas.TypeBlockDev:
+		typ := byte(tar.TypeChar)
+		if e.Type == cas.TypeBlockDev {
+			typ = tar.TypeBlock
+		}
+		h := x.header(typ, name, &e.Attr, true)
+		h.Devmajor, h.Devminor = int64(e.Major), int64(e.Minor)
+		x.stats.Others++
+		return x.write(h)
+	case cas.TypeFIFO:
+		x.stats.Others++
+		return x.write(x.header(tar.TypeFifo, name, &e.Attr, true))
+	}
+	return fmt.Errorf("unknown type %d: %w", e.Type, ErrCorrupt)
+}
+
+const paxXattr = "SCHILY.xattr."
+
+func (x *tarExporter) header(typ byte, name string, a *cas.Attr, xattrs bool) *tar.Header {
+	h := &tar.Header{
+		Typeflag: typ,
+		Name:     name,
+		Mode:     int64(a.Mode),
+		Uid:      int(a.UID),
+		Gid:      int(a.GID),
+		ModTime:  time.Unix(0, a.MtimeNs),
+		// PAX keeps nanoseconds; archive/tar adds records only where a
+		// field needs them, and sorts them, so output stays deterministic.
+		Format: tar.FormatPAX,
+	}
+	if xattrs && !x.opts.NoXattrs && len(a.Xattrs) > 0 {
+		h.PAXRecords = make(map[string]string, len(a.Xattrs))
+		for _, xa := range a.Xattrs {
+			h.PAXRecords[paxXattr+xa.Name] = string(xa.Value)
+		}
+	}
+	return h
+}
+
+func (x *tarExporter) write(h *tar.Header) error {
+	for k := range h.PAXRecords {
+		// A PAX key cannot hold '='; Linux allows it in xattr names.
+		if strings.IndexByte(k, '=') >= 0 {
+			return fmt.Errorf("xattr %q cannot be written to a tar: %w", strings.TrimPrefix(k, paxXattr), ErrUnsupported)
+		}
+	}
+	if err := x.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("tar header: %w", err)
+	}
+	return nil
+}
+
+// WriteTarFile writes root as a tar to path, compressed by its suffix:
+// ".tar.zst" or ".tzst" with zstd, ".tar.gz" or ".tgz" with gzip, anything
+// else plain. It writes a temporary file in path's directory, syncs it and
+// renames it over path (replacing an existing file), then syncs the
+// directory: path holds either its old content or the whole new archive. The
+// file is mode 0644. On error the temporary file is removed.
+func WriteTarFile(ctx context.Context, g cas.Getter, root cas.ID, path string, opts Options) (st Stats, err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return st, fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	closed := false
+	defer func() {
+		if err != nil {
+			if !closed {
+				f.Close()
+			}
+			os.Remove(tmp)
+			err = fmt.Errorf("write %s: %w", path, err)
+		}
+	}()
+	bw := bufio.NewWriterSize(f, 1<<20)
+	var w io.Writer = bw
+	var comp io.WriteCloser
+	switch lower := strings.ToLower(base); {
+	case strings.HasSuffix(lower, ".tar.zst"), strings.HasSuffix(lower, ".tzst"):
+		enc, err := zstd.NewWriter(bw)
+		if err != nil {
+			return st, err
+		}
+		comp = enc
+	case strings.HasSuffix(lower, ".tar.gz"), strings.HasSuffix(lower, ".tgz"):
+		comp = gzip.NewWriter(bw)
+	}
+	if comp != nil {
+		w = comp
+	}
+	st, err = ToTar(ctx, g, root, w, opts)
+	if comp != nil {
+		// Close even after a failure: the zstd encoder owns goroutines.
+		if cerr := comp.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return st, err
+	}
+	if err := bw.Flush(); err != nil {
+		return st, err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return st, err
+	}
+	if err := f.Sync(); err != nil {
+		return st, err
+	}
+	closed = true
+	if err := f.Close(); err != nil {
+		return st, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return st, err
+	}
+	if err := syncDir(dir); err != nil {
+		// The archive is complete and in place; only its durability
+		// across a crash is in doubt, so report without removing it.
+		return st, fmt.Errorf("sync directory: %w", err)
+	}
+	return st, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
