@@ -1,0 +1,492 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/errdefs"
+)
+
+// Dir imports the directory tree at path into st and returns its root.
+//
+// It records what the tree format holds: type, mode with setuid, setgid and
+// sticky bits, owner, mtime in nanoseconds, xattrs of every namespace,
+// device numbers, symlink targets verbatim and hard links (names that share
+// an inode within the import form one link group). The root's own
+// attributes become the root tree's. Sockets are skipped with a warning.
+//
+// Symlinks are never followed, except that path itself may be one. Mount
+// points are crossed: the import is what a reader of path sees, as with
+// tar's default. Files are hashed before anything is written, so importing
+// the same tree again creates and writes no object.
+func Dir(ctx context.Context, st Store, path string, opts Options) (Result, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return Result{}, err
+	}
+	root, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return Result{}, fsError("import", path, err)
+	}
+	var rst unix.Stat_t
+	if err := unix.Lstat(root, &rst); err != nil {
+		return Result{}, fsError("import", path, err)
+	}
+	if rst.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return Result{}, fmt.Errorf("import %s: not a directory: %w", path, cas.ErrInvalidArgument)
+	}
+	d := &dirImport{
+		root: root,
+		st:   st,
+		opts: opts,
+		prog: newProgress(opts.Progress),
+		obj:  newObjects(st),
+		seen: map[string]bool{},
+	}
+	defer d.obj.abort()
+	b := cas.NewBuilder(st, cas.ZeroID)
+	s, err := d.run(ctx, b)
+	if err != nil {
+		return Result{}, err
+	}
+	d.prog.done()
+	id, err := d.obj.finish(ctx, b, &s)
+	if err != nil {
+		return Result{}, fmt.Errorf("import %s: %w", path, err)
+	}
+	logDone(opts.Logger, "dir", path, id, &s)
+	return Result{Root: id, Stats: s}, nil
+}
+
+// dirImport is one directory import. One walker lists directories, a pool
+// of workers inspects every entry (lstat, xattrs, content) and the calling
+// goroutine alone stages results into the Builder, which is not safe for
+// concurrent use. Entries arrive in any order: Builder.Put creates missing
+// parents and a later Put of the directory itself only sets its attributes.
+type dirImport struct {
+	root string
+	st   Store
+	opts Options
+	prog *progress
+	obj  *objects
+
+	mu   sync.Mutex
+	seen map[string]bool // link keys of regular files already claimed for hashing
+
+	// overlay reads root as an overlayfs upper directory (see Upper).
+	overlay bool
+}
+
+type dirJob struct {
+	rel string // slash-separated path below the root; "" is the root
+	dir bool   // what readdir reported; the walker descends into it
+}
+
+type dirResult struct {
+	rel   string
+	entry cas.Entry
+	key   string // link key (dev:ino) of a non-directory with several links
+	// alias marks a further name of a regular file whose content another
+	// worker hashes under key; it takes that entry once all are staged.
+	alias   bool
+	skipped string // why the entry was skipped
+	bytes   int64  // content bytes read
+	// In an overlay upper directory: whiteout deletes the path, opaque
+	// clears what the directory had below it.
+	whiteout, opaque bool
+}
+
+func (d *dirImport) abs(rel string) string {
+	if rel == "" {
+		return d.root
+	}
+	return d.root + "/" + rel
+}
+
+func (d *dirImport) run(ctx context.Context, b *cas.Builder) (Stats, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	jobs := make(chan dirJob, 4*d.opts.Workers)
+	results := make(chan dirResult, 4*d.opts.Workers)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(jobs)
+		if err := d.walk(ctx, jobs); err != nil {
+			cancel(err)
+		}
+	})
+	for range d.opts.Workers {
+		wg.Go(func() {
+			if err := d.work(ctx, jobs, results); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	// Closing results ends the loop below only once every goroutine is
+	// done, so none outlives the call.
+	go func() {
+		wg.Wait()
+		close(results)
+	}()
+
+	var s Stats
+	firsts := map[string]cas.Entry{}
+	var aliases, pending []dirResult
+	for r := range results {
+		if ctx.Err() != nil {
+			continue // drain
+		}
+		switch {
+		case r.skipped != "":
+			d.opts.Logger.Warn("import: skipping entry", "path", r.rel, "reason", r.skipped)
+			s.Skipped = append(s.Skipped, r.rel)
+		case r.alias:
+			aliases = append(aliases, r)
+		case d.overlay:
+			// Whiteouts and opaque directories must apply before what lies
+			// below them: stage once every entry is in, parents first.
+			pending = append(pending, r)
+		default:
+			if err := b.Put(ctx, r.rel, r.entry, r.key); err != nil {
+				cancel(fmt.Errorf("import %s: %w", d.abs(r.rel), err))
+				continue
+			}
+			s.count(r.entry.Type)
+			s.Bytes += r.bytes
+			if r.key != "" {
+				firsts[r.key] = r.entry
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return Stats{}, context.Cause(ctx)
+	}
+	if err := d.stageOverlay(ctx, b, pending, firsts, &s); err != nil {
+		return Stats{}, err
+	}
+	for _, a := range aliases {
+		e, ok := firsts[a.key]
+		if !ok {
+			return Stats{}, fmt.Errorf("import %s: hard link %s lost its first name", d.abs(a.rel), a.key)
+		}
+		if err := b.Put(ctx, a.rel, e, a.key); err != nil {
+			return Stats{}, fmt.Errorf("import %s: %w", d.abs(a.rel), err)
+		}
+		s.Files++
+	}
+	slices.Sort(s.Skipped)
+	return s, nil
+}
+
+// walk lists directories depth first and queues every entry, the root
+// first. It holds one directory open at a time.
+func (d *dirImport) walk(ctx context.Context, jobs chan<- dirJob) error {
+	send := func(j dirJob) error {
+		select {
+		case jobs <- j:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	if err := send(dirJob{rel: "", dir: true}); err != nil {
+		return err
+	}
+	stack := []string{""}
+	for len(stack) > 0 {
+		rel := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		err := d.readDir(rel, func(name string, dir bool) error {
+			child := name
+			if rel != "" {
+				child = rel + "/" + name
+			}
+			if dir {
+				stack = append(stack, child)
+			}
+			return send(dirJob{rel: child, dir: dir})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *dirImport) readDir(rel string, fn func(name string, dir bool) error) error {
+	p := d.abs(rel)
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return walkError("read directory", p, err)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	for {
+		ents, err := f.ReadDir(1024)
+		for _, e := range ents {
+			if err := fn(e.Name(), e.IsDir()); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return walkError("read directory", p, err)
+		}
+	}
+}
+
+// bufPool holds file buffers across imports.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, smallFileMax); return &b }}
+
+// scratch is a worker's file buffer, taken from bufPool on first use:
+// workers that only see directories need none.
+type scratch struct{ b *[]byte }
+
+func (s *scratch) get() []byte {
+	if s.b == nil {
+		s.b = bufPool.Get().(*[]byte)
+	}
+	return *s.b
+}
+
+func (s *scratch) release() {
+	if s.b != nil {
+		bufPool.Put(s.b)
+	}
+}
+
+func (d *dirImport) work(ctx context.Context, jobs <-chan dirJob, out chan<- dirResult) error {
+	var buf scratch
+	defer buf.release()
+	for {
+		var j dirJob
+		select {
+		case jj, ok := <-jobs:
+			if !ok {
+				return nil
+			}
+			j = jj
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		r, err := d.inspect(ctx, j, &buf)
+		if err != nil {
+			return err
+		}
+		select {
+		case out <- r:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// claim reports whether the caller is the first to see the inode key and
+// so must hash its content.
+func (d *dirImport) claim(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.seen[key] {
+		return false
+	}
+	d.seen[key] = true
+	return true
+}
+
+func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirResult, error) {
+	p := d.abs(j.rel)
+	r := dirResult{rel: j.rel}
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return r, walkError("import", p, err)
+	}
+	typ := st.Mode & unix.S_IFMT
+	if (typ == unix.S_IFDIR) != j.dir {
+		return r, fmt.Errorf("import %s: changed during import: %w", p, errdefs.ErrConflict)
+	}
+	switch typ {
+	case unix.S_IFSOCK:
+		r.skipped = "socket"
+		return r, nil
+	case unix.S_IFDIR, unix.S_IFREG, unix.S_IFLNK, unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO:
+	default:
+		r.skipped = fmt.Sprintf("unknown file type %#o", typ)
+		return r, nil
+	}
+	if d.overlay && typ == unix.S_IFCHR && st.Rdev == 0 {
+		r.whiteout = true
+		return r, nil
+	}
+	if typ != unix.S_IFDIR && st.Nlink > 1 {
+		r.key = strconv.FormatUint(st.Dev, 10) + ":" + strconv.FormatUint(st.Ino, 10)
+		if typ == unix.S_IFREG && !d.claim(r.key) {
+			r.alias = true
+			return r, nil
+		}
+	}
+	e := &r.entry
+	e.Attr = cas.Attr{
+		Mode:    st.Mode & cas.ModeMask,
+		UID:     st.Uid,
+		GID:     st.Gid,
+		MtimeNs: timeNs(st.Mtim.Sec, st.Mtim.Nsec),
+	}
+	xs, err := readXattrs(p)
+	if err != nil {
+		return r, fmt.Errorf("import: %w", err)
+	}
+	e.Xattrs = xs
+	if d.overlay {
+		e.Xattrs, r.opaque = overlayXattrs(xs)
+	}
+	switch typ {
+	case unix.S_IFDIR:
+		e.Type = cas.TypeDir
+	case unix.S_IFREG:
+		e.Type = cas.TypeFile
+		e.ID, e.Size, err = d.file(ctx, p, &st, buf.get())
+		if err != nil {
+			return r, err
+		}
+		r.bytes = e.Size
+	case unix.S_IFLNK:
+		e.Type = cas.TypeSymlink
+		if e.Target, err = os.Readlink(p); err != nil {
+			return r, walkError("import", p, err)
+		}
+		// Linux ignores a symlink's mode and always shows 0777; tar
+		// writers disagree, so both importers store 0777.
+		e.Mode = 0o777
+	case unix.S_IFCHR, unix.S_IFBLK:
+		e.Type = cas.TypeCharDev
+		if typ == unix.S_IFBLK {
+			e.Type = cas.TypeBlockDev
+		}
+		e.Major, e.Minor = unix.Major(st.Rdev), unix.Minor(st.Rdev)
+	case unix.S_IFIFO:
+		e.Type = cas.TypeFIFO
+	}
+	return r, nil
+}
+
+// file hashes the regular file p and stores it unless the store has it.
+// Content up to smallFileMax is read once into buf; larger content is
+// hashed in a first pass and streamed into Put in a second, only when the
+// store lacks it. Memory stays at one buffer per worker either way.
+func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []byte) (cas.ID, int64, error) {
+	// O_NONBLOCK: should p have been swapped for a fifo since the lstat,
+	// the open must not hang (the fstat check below then fails).
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return cas.ZeroID, 0, walkError("import", p, err)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	var fst unix.Stat_t
+	if err := unix.Fstat(fd, &fst); err != nil {
+		return cas.ZeroID, 0, walkError("import", p, err)
+	}
+	if fst.Dev != st.Dev || fst.Ino != st.Ino {
+		return cas.ZeroID, 0, fmt.Errorf("import %s: changed during import: %w", p, errdefs.ErrConflict)
+	}
+	r := ctxReader{ctx: ctx, r: f}
+	n, err := io.ReadFull(r, buf)
+	d.prog.add(int64(n))
+	switch err {
+	case io.EOF, io.ErrUnexpectedEOF:
+		data := buf[:n]
+		id := cas.Sum(data)
+		d.checkSize(p, st, int64(n))
+		if _, _, err := d.obj.putBytes(ctx, data, id); err != nil {
+			return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
+		}
+		return id, int64(n), nil
+	case nil:
+	default:
+		return cas.ZeroID, 0, readError(ctx, p, err)
+	}
+
+	h := cas.NewHasher()
+	h.Write(buf)
+	size := int64(n)
+	for {
+		m, err := r.Read(buf)
+		h.Write(buf[:m])
+		size += int64(m)
+		d.prog.add(int64(m))
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return cas.ZeroID, 0, readError(ctx, p, err)
+		}
+	}
+	id := cas.IDFromHash(h)
+	d.checkSize(p, st, size)
+	has, err := d.st.Has(ctx, id)
+	if err != nil {
+		return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
+	}
+	if has {
+		return id, size, nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return cas.ZeroID, 0, readError(ctx, p, err)
+	}
+	info, _, err := d.obj.put(ctx, ctxReader{ctx: ctx, r: f})
+	if err != nil {
+		if ctx.Err() != nil {
+			return cas.ZeroID, 0, context.Cause(ctx)
+		}
+		return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
+	}
+	if info.ID != id {
+		// What is stored is what the tree must name.
+		d.opts.Logger.Warn("import: file changed as we read it", "path", p)
+		return info.ID, info.Size, nil
+	}
+	return id, size, nil
+}
+
+func (d *dirImport) checkSize(p string, st *unix.Stat_t, n int64) {
+	if n != st.Size {
+		d.opts.Logger.Warn("import: file changed as we read it", "path", p, "stat_size", st.Size, "read", n)
+	}
+}
+
+func readError(ctx context.Context, p string, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return fmt.Errorf("import %s: read: %w", p, err)
+}
+
+// fsError wraps a failure to reach an import's input: missing is not found.
+func fsError(op, p string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s %s: %v: %w", op, p, err, cas.ErrNotFound)
+	}
+	return fmt.Errorf("%s %s: %w", op, p, err)
+}
+
+// walkError wraps a failure below the import root: a path that vanished or
+// changed type since readdir saw it is a conflict with a concurrent writer.
+func walkError(op, p string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+		return fmt.Errorf("%s %s: changed during import: %v: %w", op, p, err, errdefs.ErrConflict)
+	}
+	return fmt.Errorf("%s %s: %w", op, p, err)
+}
