@@ -1,0 +1,266 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/esf-dev/esf/errdefs"
+)
+
+// Client calls esfd over its unix socket. Every error it returns is an
+// *errdefs.Error: errors.Is(err, errdefs.ErrNotFound) works as on the
+// server, and a daemon that cannot be reached is CodeUnavailable.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client of the daemon listening on socketPath. It
+// connects lazily, on the first call.
+func NewClient(socketPath string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		// Bodies are tars and JSON we handle ourselves; no transparent gzip.
+		DisableCompression: true,
+		MaxIdleConns:       4,
+	}
+	return &Client{socket: socketPath, hc: &http.Client{Transport: tr}}
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// CallOptions are the per-call headers of a request.
+type CallOptions struct {
+	// IdempotencyKey names a mutation so that a retry does it once. Empty
+	// sends none.
+	IdempotencyKey string
+	// Traceparent is the W3C trace context to continue. Empty lets the
+	// daemon start a trace.
+	Traceparent string
+}
+
+// base is the URL every request goes to; the host is never resolved.
+const base = "http://esfd"
+
+func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader, contentType string, opt CallOptions) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
+	if err != nil {
+		return nil, &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: err.Error()}
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if opt.IdempotencyKey != "" {
+		req.Header.Set(HeaderIdempotencyKey, opt.IdempotencyKey)
+	}
+	if opt.Traceparent != "" {
+		req.Header.Set(HeaderTraceparent, opt.Traceparent)
+	}
+	return req, nil
+}
+
+// do sends req and returns the response of a 2xx; anything else becomes
+// the *errdefs.Error the daemon sent.
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, c.transportError(req.Context(), err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, errorFromResponse(resp)
+}
+
+func (c *Client) transportError(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return &errdefs.Error{Code: errdefs.CodeOf(cerr), Message: fmt.Sprintf("esfd at %s: %v", c.socket, err)}
+	}
+	var e *errdefs.Error
+	if errors.As(err, &e) {
+		return e // from a body reader we were given (see ImportTar)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return &errdefs.Error{Code: errdefs.CodeUnavailable, Message: fmt.Sprintf("esfd at %s: %v", c.socket, err)}
+}
+
+func errorFromResponse(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxJSONBody))
+	var e errdefs.Error
+	if json.Unmarshal(b, &e) == nil && e.Code != "" {
+		return &e
+	}
+	msg := strings.TrimSpace(string(b))
+	if len(msg) > 200 {
+		msg = msg[:200] + "..."
+	}
+	return &errdefs.Error{Code: codeForStatus(resp.StatusCode), Message: fmt.Sprintf("esfd: HTTP %s: %s", resp.Status, msg)}
+}
+
+// call sends a JSON request (in == nil sends no body) and decodes the JSON
+// response into out.
+func (c *Client) call(ctx context.Context, method, path string, in, out any, opt CallOptions) error {
+	var body io.Reader
+	ct := ""
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: err.Error()}
+		}
+		body, ct = bytes.NewReader(b), MediaJSON
+	}
+	req, err := c.newRequest(ctx, method, path, body, ct, opt)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return err
+	}
+	return decodeResponse(ctx, c, resp, out)
+}
+
+func decodeResponse(ctx context.Context, c *Client, resp *http.Response, out any) error {
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if ctx.Err() != nil {
+			return c.transportError(ctx, err)
+		}
+		return &errdefs.Error{Code: errdefs.CodeInternal, Message: fmt.Sprintf("esfd: decode response: %v", err)}
+	}
+	return nil
+}
+
+// Status returns the daemon's version, state dir and object tally.
+func (c *Client) Status(ctx context.Context) (*StatusResponse, error) {
+	var out StatusResponse
+	if err := c.call(ctx, http.MethodGet, "/v1/status", nil, &out, CallOptions{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Import imports source, an absolute path on the daemon's host.
+func (c *Client) Import(ctx context.Context, source string, opt CallOptions) (*ImportResponse, error) {
+	var out ImportResponse
+	if err := c.call(ctx, http.MethodPost, "/v1/import", ImportRequest{Source: source}, &out, opt); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ImportTar streams r, a tar (plain, gzip or zstd), to the daemon and
+// imports it. If reading r fails, the request fails with that error; a
+// reader may return an *errdefs.Error to choose the code.
+func (c *Client) ImportTar(ctx context.Context, r io.Reader, opt CallOptions) (*ImportResponse, error) {
+	// Hide any WriterTo/Len of r: the transport must stream it, and must not
+	// guess a Content-Length.
+	req, err := c.newRequest(ctx, http.MethodPost, "/v1/import", struct{ io.Reader }{r}, MediaTar, opt)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	var out ImportResponse
+	if err := decodeResponse(ctx, c, resp, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Export writes the tree of id into the directory to (absolute, on the
+// daemon's host).
+func (c *Client) Export(ctx context.Context, id, to string, opt CallOptions) (*ExportResponse, error) {
+	var out ExportResponse
+	if err := c.call(ctx, http.MethodPost, "/v1/export", ExportRequest{ID: id, To: to}, &out, opt); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ExportTarResult describes a completed tar stream.
+type ExportTarResult struct {
+	RootID string // the root the id resolved to
+	Bytes  int64  // tar bytes written to w
+}
+
+// ExportTar streams the tree of id as an uncompressed tar into w. It
+// succeeds only if the daemon marked the stream complete; on error, what was
+// written to w is a truncated tar and must be discarded.
+func (c *Client) ExportTar(ctx context.Context, id string, w io.Writer) (*ExportTarResult, error) {
+	req, err := c.newRequest(ctx, http.MethodGet, "/v1/export/"+url.PathEscape(id)+".tar", nil, "", CallOptions{})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	res := &ExportTarResult{RootID: resp.Header.Get(HeaderRootID)}
+	tw := &trackingWriter{w: w}
+	n, err := io.Copy(tw, resp.Body)
+	res.Bytes = n
+	if tw.err != nil {
+		return nil, &errdefs.Error{Code: errdefs.CodeOf(tw.err), Message: fmt.Sprintf("export %s: write: %v", id, tw.err)}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, c.transportError(ctx, err)
+		}
+		return nil, &errdefs.Error{Code: errdefs.CodeUnavailable, Message: fmt.Sprintf("export %s: stream broken after %d bytes: %v", id, n, err)}
+	}
+	// Trailers are only known once the body has been read to its end.
+	switch resp.Trailer.Get(TrailerStatus) {
+	case "ok":
+		return res, nil
+	case "error":
+		var e errdefs.Error
+		if json.Unmarshal([]byte(resp.Trailer.Get(TrailerError)), &e) == nil && e.Code != "" {
+			e.Message = fmt.Sprintf("export %s: failed after %d bytes: %s", id, n, e.Message)
+			return nil, &e
+		}
+	}
+	return nil, &errdefs.Error{Code: errdefs.CodeInternal, Message: fmt.Sprintf("export %s: stream ended after %d bytes without completion status", id, n)}
+}
+
+// Fsck re-hashes every stored object and returns the bad ones.
+func (c *Client) Fsck(ctx context.Context, opt CallOptions) (*FsckResponse, error) {
+	var out FsckResponse
+	if err := c.call(ctx, http.MethodPost, "/v1/fsck", FsckRequest{}, &out, opt); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// trackingWriter tells the caller's write errors from the stream's.
+type trackingWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (t *trackingWriter) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	if err != nil {
+		t.err = err
+	}
+	return n, err
+}

@@ -1,0 +1,443 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/fabric"
+)
+
+// ServerOptions configures NewServer.
+type ServerOptions struct {
+	// Logger receives one line per request and the failures. Default: discard.
+	Logger *slog.Logger
+}
+
+// Server is the HTTP/JSON face of a Fabric. It translates, and does nothing
+// else: decoding and validating requests, calling one Fabric method,
+// encoding the result or the error.
+type Server struct {
+	f   *fabric.Fabric
+	log *slog.Logger
+	mux *http.ServeMux
+	// active counts handlers running, so that Serve can return only once
+	// none is left touching the Fabric.
+	active atomic.Int64
+}
+
+// NewServer returns the handler of every /v1/ endpoint of f.
+func NewServer(f *fabric.Fabric, opts ServerOptions) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{f: f, log: opts.Logger, mux: http.NewServeMux()}
+	s.handle("GET /v1/status", false, s.status)
+	s.handle("POST /v1/import", true, s.importContent)
+	s.handle("POST /v1/export", true, s.exportDir)
+	s.handle("GET /v1/export/{file}", false, s.exportTar)
+	s.handle("POST /v1/fsck", true, s.fsck)
+	// Everything else, including a known path with the wrong method, is a
+	// JSON not_found rather than the mux's plain-text reply.
+	s.handle("/", false, func(w http.ResponseWriter, r *http.Request) error {
+		return fmt.Errorf("no endpoint %s %s: %w", r.Method, r.URL.Path, errdefs.ErrNotFound)
+	})
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// handlerFunc handles one request. It returns an error only when it has not
+// written a response yet (the wrapper writes the error) or when a stream
+// failed after it started (the handler has reported it in the stream).
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// handle registers h under pattern behind the common request plumbing:
+// call info (idempotency key, trace context) into the context, errors
+// through the status table, one log line per request.
+func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		s.active.Add(1)
+		defer s.active.Add(-1)
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		tc := parseTraceparent(r.Header.Get(HeaderTraceparent))
+		rec.Header().Set(HeaderTraceparent, tc.String())
+		ci := fabric.CallInfo{TraceID: tc.TraceID, SpanID: tc.SpanID}
+		log := s.log.With("trace_id", tc.TraceID, "method", r.Method, "path", r.URL.Path)
+
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					if p == http.ErrAbortHandler {
+						panic(p)
+					}
+					err = fmt.Errorf("handler panic: %v", p)
+				}
+			}()
+			key, err := parseIdempotencyKey(r.Header.Values(HeaderIdempotencyKey))
+			if err != nil {
+				return err
+			}
+			if mutating {
+				ci.IdempotencyKey = key
+			}
+			r = r.WithContext(fabric.WithCallInfo(r.Context(), ci))
+			return h(rec, r)
+		}()
+
+		code := errdefs.Code("")
+		if err != nil {
+			code = errdefs.CodeOf(err)
+			if !rec.wrote {
+				writeError(rec, err)
+			}
+		}
+		attrs := []any{"status", rec.statusCode(), "ms", millis(time.Since(start))}
+		if ci.IdempotencyKey != "" {
+			attrs = append(attrs, "idempotency_key", ci.IdempotencyKey)
+		}
+		switch code {
+		case "":
+			log.Info("request", attrs...)
+		case errdefs.CodeInternal, errdefs.CodeCorrupt:
+			log.Error("request failed", append(attrs, "code", code, "err", err)...)
+		default:
+			log.Info("request failed", append(attrs, "code", code, "err", err)...)
+		}
+	})
+}
+
+// recorder remembers whether and with which status a response was started.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if !r.wrote {
+		r.status, r.wrote = http.StatusOK, true
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) statusCode() int {
+	if !r.wrote {
+		return http.StatusOK
+	}
+	return r.status
+}
+
+// Unwrap lets http.ResponseController reach Flush on the real writer.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", MediaJSON)
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // a write error means the client left; nothing to tell it
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	e := errdefs.Wire(err)
+	writeJSON(w, HTTPStatus(e.Code), e)
+}
+
+// maxIdempotencyKey bounds the key: it is stored with the result of the
+// mutation it names.
+const maxIdempotencyKey = 255
+
+func parseIdempotencyKey(vals []string) (string, error) {
+	switch len(vals) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", fmt.Errorf("%s given %d times: %w", HeaderIdempotencyKey, len(vals), errdefs.ErrInvalidArgument)
+	}
+	k := vals[0]
+	if k == "" || len(k) > maxIdempotencyKey {
+		return "", fmt.Errorf("%s: want 1 to %d characters: %w", HeaderIdempotencyKey, maxIdempotencyKey, errdefs.ErrInvalidArgument)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return "", fmt.Errorf("%s: want visible ASCII characters only: %w", HeaderIdempotencyKey, errdefs.ErrInvalidArgument)
+		}
+	}
+	return k, nil
+}
+
+// hostPath checks a path the daemon is asked to read or write on its own
+// host: absolute, so it never depends on the daemon's working directory.
+func hostPath(field, p string) (string, error) {
+	if p == "" {
+		return "", fmt.Errorf("%s: empty path: %w", field, errdefs.ErrInvalidArgument)
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%s %q: want an absolute path on the daemon's host: %w", field, p, errdefs.ErrInvalidArgument)
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("%s: path contains NUL: %w", field, errdefs.ErrInvalidArgument)
+	}
+	return filepath.Clean(p), nil
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.f.Status(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, StatusResponse{
+		Version:  st.Version,
+		StateDir: st.StateDir,
+		Objects:  st.Objects,
+		Bytes:    st.Bytes,
+	})
+	return nil
+}
+
+// decodeImport reads the JSON form of an import request.
+func decodeImport(r *http.Request) (ImportRequest, error) {
+	req, err := decodeJSON[ImportRequest](r.Body)
+	if err != nil {
+		return req, err
+	}
+	req.Source, err = hostPath("source", req.Source)
+	return req, err
+}
+
+func (s *Server) importContent(w http.ResponseWriter, r *http.Request) error {
+	var src fabric.ImportSource
+	switch mt := mediaType(r.Header.Get("Content-Type")); {
+	case mt == MediaJSON || mt == "":
+		req, err := decodeImport(r)
+		if err != nil {
+			return err
+		}
+		src.Path = req.Source
+	case tarMediaTypes[mt]:
+		src.Tar = r.Body
+	default:
+		return fmt.Errorf("import: Content-Type %q: want %s or %s: %w", mt, MediaJSON, MediaTar, errdefs.ErrInvalidArgument)
+	}
+	res, err := s.f.Import(r.Context(), src)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, importResponse(res))
+	return nil
+}
+
+func decodeExport(r *http.Request) (ExportRequest, error) {
+	req, err := decodeJSON[ExportRequest](r.Body)
+	if err != nil {
+		return req, err
+	}
+	if req.ID == "" {
+		return req, fmt.Errorf("id: empty: %w", errdefs.ErrInvalidArgument)
+	}
+	req.To, err = hostPath("to", req.To)
+	return req, err
+}
+
+func (s *Server) exportDir(w http.ResponseWriter, r *http.Request) error {
+	req, err := decodeExport(r)
+	if err != nil {
+		return err
+	}
+	root, st, err := s.f.ExportDir(r.Context(), req.ID, req.To)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, ExportResponse{
+		RootID:   root,
+		To:       req.To,
+		Files:    st.Files,
+		Dirs:     st.Dirs,
+		Symlinks: st.Symlinks,
+		Others:   st.Others,
+		Links:    st.Links,
+		Bytes:    st.Bytes,
+		Skipped:  st.Skipped,
+	})
+	return nil
+}
+
+// exportTar streams the tree of {id}.tar. Errors found before the first
+// byte are ordinary JSON errors. After it, the status line is gone: the
+// stream ends early and the trailers say so (TrailerStatus "error" and
+// TrailerError), so a client never takes a truncated tar as complete. The
+// tar itself then also lacks its end-of-archive blocks.
+func (s *Server) exportTar(w http.ResponseWriter, r *http.Request) error {
+	file := r.PathValue("file")
+	id, ok := strings.CutSuffix(file, ".tar")
+	if !ok {
+		return fmt.Errorf("export %q: want <id>.tar: %w", file, errdefs.ErrInvalidArgument)
+	}
+	ctx := r.Context()
+	root, err := s.f.ResolveRoot(ctx, id)
+	if err != nil {
+		return err
+	}
+	tw := &lazyStream{w: w, start: func(h http.Header) {
+		h.Set("Content-Type", MediaTar)
+		h.Set(HeaderRootID, root.String())
+		h.Set("Trailer", TrailerStatus+", "+TrailerError)
+	}}
+	_, _, err = s.f.ExportTar(ctx, root.String(), tw)
+	if err != nil && !tw.started {
+		return err
+	}
+	tw.begin()
+	if err != nil {
+		w.Header().Set(TrailerStatus, "error")
+		w.Header().Set(TrailerError, asciiJSON(errdefs.Wire(err)))
+		return err
+	}
+	w.Header().Set(TrailerStatus, "ok")
+	return nil
+}
+
+// lazyStream starts a streamed response on its first byte, so that a
+// failure before it can still be a JSON error with its own status.
+type lazyStream struct {
+	w       http.ResponseWriter
+	start   func(http.Header)
+	started bool
+}
+
+func (l *lazyStream) begin() {
+	if !l.started {
+		l.started = true
+		l.start(l.w.Header())
+		l.w.WriteHeader(http.StatusOK)
+	}
+}
+
+func (l *lazyStream) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	l.begin()
+	return l.w.Write(p)
+}
+
+// asciiJSON encodes v as JSON with every non-ASCII character escaped, so it
+// is a valid header value whatever the message holds.
+func asciiJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return `{"code":"internal","message":"unencodable error"}`
+	}
+	var sb strings.Builder
+	for _, c := range string(b) {
+		switch {
+		case c == 0x7f:
+			sb.WriteString(`\u007f`)
+		case c < 0x80:
+			sb.WriteRune(c)
+		case c <= 0xffff:
+			fmt.Fprintf(&sb, `\u%04x`, c)
+		default:
+			c -= 0x10000
+			fmt.Fprintf(&sb, `\u%04x\u%04x`, 0xd800+(c>>10), 0xdc00+(c&0x3ff))
+		}
+	}
+	return sb.String()
+}
+
+func decodeFsck(r *http.Request) (FsckRequest, error) {
+	if r.ContentLength == 0 {
+		return FsckRequest{}, nil
+	}
+	return decodeJSON[FsckRequest](r.Body)
+}
+
+func (s *Server) fsck(w http.ResponseWriter, r *http.Request) error {
+	if _, err := decodeFsck(r); err != nil {
+		return err
+	}
+	res, err := s.f.Fsck(r.Context())
+	if err != nil {
+		return err
+	}
+	bad := res.Bad
+	if bad == nil {
+		bad = []cas.ID{}
+	}
+	writeJSON(w, http.StatusOK, FsckResponse{Checked: res.Checked, Bytes: res.Bytes, Vanished: res.Vanished, Bad: bad})
+	return nil
+}
+
+// Serve serves s on ln until ctx is done, then shuts down gracefully: it
+// stops accepting, lets in-flight requests finish for up to grace, then
+// closes what is left (their contexts are cancelled). It returns once every
+// connection is closed; it closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	// Requests do not inherit ctx: a signal must let them finish, not
+	// cancel them. base is cancelled only when the grace period is over.
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return base },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", "grace", grace.String())
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if err != nil {
+		s.log.Warn("grace period over, cancelling the remaining requests", "err", err)
+		cancelBase()
+		err = hs.Close()
+		// Close does not wait for handlers; they stop on their cancelled
+		// contexts. Give them a moment so none outlives Serve.
+		deadline := time.Now().Add(handlerStopWait)
+		for s.active.Load() > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := s.active.Load(); n > 0 && err == nil {
+			err = fmt.Errorf("shutdown: %d requests still running %v after cancellation", n, handlerStopWait)
+		}
+	}
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// handlerStopWait bounds how long Serve waits for cancelled handlers.
+const handlerStopWait = 5 * time.Second
+
+// millis is a duration for logs: milliseconds with microsecond precision.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,122 @@
+package api
+
+import (
+	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/ingest"
+)
+
+// The request and response bodies of /v1/. Field names are the spec's
+// (snake_case, root_id, ...) and never change meaning; docs/openapi.yaml
+// describes the same shapes.
+
+// StatusResponse is the body of GET /v1/status.
+type StatusResponse struct {
+	Version  string `json:"version"`
+	StateDir string `json:"state_dir"`
+	Objects  int64  `json:"objects"`
+	Bytes    int64  `json:"bytes"`
+}
+
+// ImportRequest is the JSON body of POST /v1/import: a path on the daemon's
+// host (a directory, a tar of any compression, an OCI layout or archive).
+type ImportRequest struct {
+	Source string `json:"source"`
+}
+
+// ImportResponse is the result of POST /v1/import.
+type ImportResponse struct {
+	RootID     cas.ID   `json:"root_id"`
+	Files      int64    `json:"files"`
+	Dirs       int64    `json:"dirs"`
+	Symlinks   int64    `json:"symlinks"`
+	Others     int64    `json:"others"` // fifos and devices
+	Bytes      int64    `json:"bytes"`  // file content read
+	NewObjects int64    `json:"new_objects"`
+	NewBytes   int64    `json:"new_bytes"`
+	Skipped    []string `json:"skipped"` // what could not be represented (e.g. sockets), never null
+}
+
+// ExportRequest is the body of POST /v1/export: write the tree of ID into
+// the directory To on the daemon's host.
+type ExportRequest struct {
+	ID string `json:"id"`
+	To string `json:"to"`
+}
+
+// ExportResponse is the result of POST /v1/export.
+type ExportResponse struct {
+	RootID   cas.ID `json:"root_id"`
+	To       string `json:"to"`
+	Files    int64  `json:"files"`
+	Dirs     int64  `json:"dirs"`
+	Symlinks int64  `json:"symlinks"`
+	Others   int64  `json:"others"`  // fifos and devices
+	Links    int64  `json:"links"`   // extra names of hard-link groups
+	Bytes    int64  `json:"bytes"`   // content bytes written
+	Skipped  int64  `json:"skipped"` // devices and xattrs the destination refused
+}
+
+// FsckRequest is the (optional) body of POST /v1/fsck.
+type FsckRequest struct{}
+
+// FsckResponse is the result of POST /v1/fsck. A non-empty Bad is still a
+// 200: the check itself succeeded, and the client decides how to report it.
+type FsckResponse struct {
+	Checked  int64    `json:"checked"`
+	Bytes    int64    `json:"bytes"`
+	Vanished int64    `json:"vanished"` // listed, then deleted before it was read
+	Bad      []cas.ID `json:"bad"`      // sorted, never null
+}
+
+// Headers of the API.
+const (
+	// HeaderIdempotencyKey names a mutation so that a retry returns the first
+	// result instead of doing it twice (1 to 255 visible ASCII characters).
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderTraceparent is the W3C trace context header.
+	HeaderTraceparent = "Traceparent"
+	// HeaderRootID is set on GET /v1/export/{id}.tar to the resolved root.
+	HeaderRootID = "Esf-Root-Id"
+	// TrailerStatus ends every streamed export: "ok" when the stream is
+	// complete, "error" otherwise. A client that does not see "ok" after
+	// the last byte must treat what it received as truncated.
+	TrailerStatus = "Esf-Status"
+	// TrailerError carries the {"code","message"} of a failure that happened
+	// after the stream started (ASCII-only JSON).
+	TrailerError = "Esf-Error"
+)
+
+// Media types.
+const (
+	MediaJSON = "application/json"
+	MediaTar  = "application/x-tar"
+)
+
+// tarMediaTypes are the Content-Types POST /v1/import takes as a tar stream;
+// the importer detects compression from the bytes, not from the type.
+var tarMediaTypes = map[string]bool{
+	MediaTar:                   true,
+	"application/x-gtar":       true,
+	"application/gzip":         true,
+	"application/x-gzip":       true,
+	"application/zstd":         true,
+	"application/octet-stream": true,
+}
+
+func importResponse(r ingest.Result) ImportResponse {
+	skipped := r.Skipped
+	if skipped == nil {
+		skipped = []string{}
+	}
+	return ImportResponse{
+		RootID:     r.Root,
+		Files:      r.Files,
+		Dirs:       r.Dirs,
+		Symlinks:   r.Symlinks,
+		Others:     r.Others,
+		Bytes:      r.Bytes,
+		NewObjects: r.NewObjects,
+		NewBytes:   r.NewBytes,
+		Skipped:    skipped,
+	}
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/errdefs"
+)
+
+const defaultSocket = "/var/lib/esf/esfd.sock"
+
+// exitCodes is the one table from error codes to exit statuses; --help
+// prints it. Never renumber: scripts test them.
+var exitCodes = []struct {
+	code    errdefs.Code
+	status  int
+	meaning string
+}{
+	{"", 0, "success"},
+	{errdefs.CodeInternal, 1, "internal error"},
+	{errdefs.CodeInvalidArgument, 2, "invalid argument or usage error"},
+	{errdefs.CodeNotFound, 3, "not found (unknown id)"},
+	{errdefs.CodeConflict, 4, "conflict"},
+	{errdefs.CodeStaleGeneration, 5, "stale generation"},
+	{errdefs.CodeFailedPrecondition, 6, "failed precondition"},
+	{errdefs.CodeQuotaExceeded, 7, "quota exceeded"},
+	{errdefs.CodeDeadlineExceeded, 8, "deadline exceeded or interrupted"},
+	{errdefs.CodeCorrupt, 9, "corrupt content found"},
+	{errdefs.CodeUnsupported, 10, "unsupported"},
+	{errdefs.CodeUnavailable, 11, "daemon unavailable (not running, wrong --socket)"},
+}
+
+// exitStatus is the exit status of an error's code.
+func exitStatus(code errdefs.Code) int {
+	for _, e := range exitCodes {
+		if e.code == code {
+			return e.status
+		}
+	}
+	return 1
+}
+
+func exitCodeHelp() string {
+	var sb strings.Builder
+	sb.WriteString("EXIT STATUS:\n")
+	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
+	for _, e := range exitCodes {
+		code := string(e.code)
+		if code == "" {
+			code = "-"
+		}
+		fmt.Fprintf(tw, "   %d\t%s\t%s\n", e.status, code, e.meaning)
+	}
+	tw.Flush()
+	return sb.String()
+}
+
+// app is one run of esfctl; its streams are injected so tests can run it in
+// process.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	umask          os.FileMode
+	isTTY          func(*os.File) bool
+
+	json   bool // -o json
+	client *api.Client
+	socket string
+}
+
+// actionError marks an error returned by a verb's action, as opposed to one
+// from parsing the command line (a usage error).
+type actionError struct{ err error }
+
+func (e actionError) Error() string { return e.err.Error() }
+func (e actionError) Unwrap() error { return e.err }
+
+// action adapts a verb to urfave/cli: it marks its errors as its own.
+func (a *app) action(fn func(ctx context.Context, cmd *cli.Command) error) cli.ActionFunc {
+	return func(ctx context.Context, cmd *cli.Command) error {
+		if err := fn(ctx, cmd); err != nil {
+			return actionError{err}
+		}
+		return nil
+	}
+}
+
+func (a *app) root() *cli.Command {
+	root := &cli.Command{
+		Name:  "esfctl",
+		Usage: "drive esfd, the Ephemeral Sandbox Fabric daemon",
+		Description: "Every verb talks to esfd over its unix socket. Output is for humans unless\n" +
+			"-o json: then results go to stdout as JSON and errors to stderr as\n" +
+			"{\"error\":{\"code\",\"message\"}}. Flags may follow arguments\n" +
+			"(esfctl export ID --to DIR).\n\n" + exitCodeHelp(),
+		Flags: []cli.Flag{
+			&cli.StringFlag{
+				Name:    "socket",
+				Usage:   "unix socket of esfd",
+				Value:   defaultSocket,
+				Sources: cli.EnvVars("ESF_SOCKET"),
+			},
+			&cli.StringFlag{
+				Name:    "output",
+				Aliases: []string{"o"},
+				Usage:   "output format: table or json",
+				Value:   "table",
+			},
+		},
+		Before: func(ctx context.Context, cmd *cli.Command) (context.Context, error) {
+			switch o := cmd.String("output"); o {
+			case "table":
+			case "json":
+				a.json = true
+			default:
+				return ctx, fmt.Errorf("-o %q: want table or json: %w", o, errdefs.ErrInvalidArgument)
+			}
+			a.socket = cmd.String("socket")
+			a.client = api.NewClient(a.socket)
+			return ctx, nil
+		},
+		Commands: []*cli.Command{
+			a.statusCommand(),
+			a.importCommand(),
+			a.exportCommand(),
+			a.fsckCommand(),
+		},
+		Reader:          a.stdin,
+		Writer:          a.stdout,
+		ErrWriter:       a.stderr,
+		HideHelpCommand: true,
+		HideVersion:     true,
+		// Errors are ours to print (as JSON with -o json) and to turn into
+		// exit statuses.
+		ExitErrHandler: func(context.Context, *cli.Command, error) {},
+	}
+	// Without OnUsageError, urfave/cli prints "Incorrect Usage" and the
+	// help text itself, which would mix prose into -o json output. Each
+	// command needs its own: it is not inherited.
+	var quiet func(*cli.Command)
+	quiet = func(c *cli.Command) {
+		c.OnUsageError = func(_ context.Context, _ *cli.Command, err error, _ bool) error { return err }
+		for _, sub := range c.Commands {
+			quiet(sub)
+		}
+	}
+	quiet(root)
+	return root
+}
+
+// run runs esfctl with args and returns its exit status.
+func (a *app) run(ctx context.Context, args []string) int {
+	a.json = wantsJSON(args)
+	err := a.root().Run(ctx, args)
+	if a.client != nil {
+		a.client.Close()
+	}
+	if err == nil {
+		return 0
+	}
+	var ae actionError
+	if errors.As(err, &ae) {
+		err = ae.err
+	} else if errdefs.Class(errdefs.CodeOf(err)) == nil {
+		// From the command line parser: unknown flag, missing value, ...
+		err = &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: err.Error() + " (see esfctl --help)"}
+	}
+	e := errdefs.Wire(err)
+	a.printError(e)
+	return exitStatus(e.Code)
+}
+
+func (a *app) printError(e *errdefs.Error) {
+	if a.json {
+		b, _ := json.Marshal(map[string]*errdefs.Error{"error": e})
+		fmt.Fprintf(a.stderr, "%s\n", b)
+		return
+	}
+	fmt.Fprintf(a.stderr, "esfctl: %s (%s)\n", e.Message, e.Code)
+}
+
+// wantsJSON looks for -o json in args before they are parsed, so that even
+// a command line the parser rejects gets its error in the format asked for.
+func wantsJSON(args []string) bool {
+	for i, s := range args {
+		if s == "--" {
+			break
+		}
+		switch s {
+		case "-o", "--o", "-output", "--output":
+			if i+1 < len(args) && args[i+1] == "json" {
+				return true
+			}
+		case "-o=json", "--o=json", "-output=json", "--output=json":
+			return true
+		}
+	}
+	return false
+}
+
+// printJSON writes v to stdout as indented JSON.
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table prints aligned "key  value" lines to stdout.
+func (a *app) table(rows [][2]string) {
+	tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+	}
+	tw.Flush()
+}
+
+// idempotencyKeyFlag is the flag of every mutating verb.
+func idempotencyKeyFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:  "idempotency-key",
+		Usage: "key that makes a retry of this mutation return the first result (default: a fresh random key)",
+	}
+}
+
+// callOptions returns the per-call options of a mutating verb, generating
+// an idempotency key when none was given.
+func callOptions(cmd *cli.Command) api.CallOptions {
+	key := cmd.String("idempotency-key")
+	if key == "" {
+		b := make([]byte, 16)
+		rand.Read(b)
+		key = "esfctl-" + hex.EncodeToString(b)
+	}
+	return api.CallOptions{IdempotencyKey: key}
+}
+
+// exactArgs checks the number of positional arguments.
+func exactArgs(cmd *cli.Command, n int) error {
+	if got := cmd.Args().Len(); got != n {
+		return fmt.Errorf("%s: want %d argument(s) (%s), got %d: %w", cmd.Name, n, cmd.ArgsUsage, got, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// humanBytes formats n in binary units.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v3"
+
+	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/errdefs"
+)
+
+func (a *app) importCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "import",
+		Usage:     "import a directory, a tar or an OCI image and print its root_id",
+		ArgsUsage: "SRC|-",
+		Description: "SRC is a directory, a tar (plain, gzip, zstd), an OCI image layout or an\n" +
+			"OCI/docker archive; the daemon reads it (a relative SRC is resolved here first).\n" +
+			"- streams a tar from stdin instead. Prints the root_id on stdout and a summary\n" +
+			"on stderr; with -o json prints the whole result.",
+		Flags: []cli.Flag{idempotencyKeyFlag()},
+		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
+			if err := exactArgs(cmd, 1); err != nil {
+				return err
+			}
+			src := cmd.Args().First()
+			var (
+				res *api.ImportResponse
+				err error
+			)
+			if src == "-" {
+				res, err = a.importStdin(ctx, callOptions(cmd))
+			} else {
+				res, err = a.importPath(ctx, src, callOptions(cmd))
+			}
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(res)
+			}
+			fmt.Fprintln(a.stdout, res.RootID)
+			for _, p := range res.Skipped {
+				fmt.Fprintf(a.stderr, "esfctl: warning: skipped %s (not representable)\n", p)
+			}
+			fmt.Fprintf(a.stderr, "imported %d files, %d dirs, %d symlinks, %s (%d new objects, %s new)\n",
+				res.Files, res.Dirs, res.Symlinks, humanBytes(res.Bytes), res.NewObjects, humanBytes(res.NewBytes))
+			return nil
+		}),
+	}
+}
+
+func (a *app) importPath(ctx context.Context, src string, opt api.CallOptions) (*api.ImportResponse, error) {
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return nil, fmt.Errorf("import %s: %v: %w", src, err, errdefs.ErrInvalidArgument)
+	}
+	bar := a.spinner("importing " + abs)
+	defer bar.Finish()
+	return a.client.Import(ctx, abs, opt)
+}
+
+func (a *app) importStdin(ctx context.Context, opt api.CallOptions) (*api.ImportResponse, error) {
+	total := int64(-1)
+	if f, ok := a.stdin.(*os.File); ok {
+		if a.isTTY(f) {
+			return nil, fmt.Errorf("import -: stdin is a terminal, want a tar stream: %w", errdefs.ErrInvalidArgument)
+		}
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			total = fi.Size()
+		}
+	}
+	bar := a.progress(total, "importing stdin")
+	defer bar.Finish()
+	return a.client.ImportTar(ctx, &stdinReader{r: a.stdin, bar: bar}, opt)
+}
+
+// stdinReader feeds the progress bar and names read errors as the reader's,
+// not the daemon's.
+type stdinReader struct {
+	r   io.Reader
+	bar *progressbar.ProgressBar
+}
+
+func (s *stdinReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	s.bar.Add(n)
+	if err != nil && err != io.EOF {
+		return n, &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: fmt.Sprintf("import -: read stdin: %v", err)}
+	}
+	return n, err
+}
+
+func (a *app) exportCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "export",
+		Usage:     "write a tree out as a directory or a tar",
+		ArgsUsage: "ID --to DIR|FILE.tar|FILE.tar.zst|FILE.tar.gz|-",
+		Description: "ID is a root id. --to DIR has the daemon write a directory that must not exist\n" +
+			"or be empty. A --to ending in .tar, .tar.zst/.tzst or .tar.gz/.tgz streams a tar\n" +
+			"here, compressed by suffix, and writes the file atomically (it appears only\n" +
+			"complete). --to - writes the tar to stdout.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "to", Usage: "destination: DIR, FILE.tar[.zst|.gz] or -", Required: true},
+			idempotencyKeyFlag(),
+		},
+		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
+			if err := exactArgs(cmd, 1); err != nil {
+				return err
+			}
+			id, to := cmd.Args().First(), cmd.String("to")
+			switch {
+			case to == "":
+				return fmt.Errorf("export: empty --to: %w", errdefs.ErrInvalidArgument)
+			case to == "-":
+				return a.exportStdout(ctx, id)
+			case tarFormat(to) != "":
+				return a.exportFile(ctx, id, to)
+			default:
+				return a.exportDir(ctx, id, to, callOptions(cmd))
+			}
+		}),
+	}
+}
+
+// tarFormat is the compression a tar file name asks for ("tar", "zstd",
+// "gzip"), or "" when the name is not a tar file.
+func tarFormat(name string) string {
+	switch n := strings.ToLower(name); {
+	case strings.HasSuffix(n, ".tar"):
+		return "tar"
+	case strings.HasSuffix(n, ".tar.zst"), strings.HasSuffix(n, ".tzst"):
+		return "zstd"
+	case strings.HasSuffix(n, ".tar.gz"), strings.HasSuffix(n, ".tgz"):
+		return "gzip"
+	}
+	return ""
+}
+
+func (a *app) exportDir(ctx context.Context, id, to string, opt api.CallOptions) error {
+	abs, err := filepath.Abs(to)
+	if err != nil {
+		return fmt.Errorf("export --to %s: %v: %w", to, err, errdefs.ErrInvalidArgument)
+	}
+	bar := a.spinner("exporting to " + abs)
+	res, err := a.client.Export(ctx, id, abs, opt)
+	bar.Finish()
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(res)
+	}
+	fmt.Fprintf(a.stdout, "exported %s to %s: %d files, %d dirs, %d symlinks, %s\n",
+		res.RootID, res.To, res.Files, res.Dirs, res.Symlinks, humanBytes(res.Bytes))
+	if res.Skipped > 0 {
+		fmt.Fprintf(a.stderr, "esfctl: warning: %d devices or xattrs could not be created at the destination (see the daemon log)\n", res.Skipped)
+	}
+	return nil
+}
+
+func (a *app) exportStdout(ctx context.Context, id string) error {
+	if f, ok := a.stdout.(*os.File); ok && a.isTTY(f) {
+		return fmt.Errorf("export --to -: stdout is a terminal, redirect it: %w", errdefs.ErrInvalidArgument)
+	}
+	// stdout carries the tar: no result is printed, even with -o json.
+	_, err := a.client.ExportTar(ctx, id, a.stdout)
+	return err
+}
+
+// fileExport is the result of an export to a tar file.
+type fileExport struct {
+	RootID    string `json:"root_id"`
+	To        string `json:"to"`
+	Format    string `json:"format"`     // tar, zstd or gzip
+	TarBytes  int64  `json:"tar_bytes"`  // uncompressed stream
+	FileBytes int64  `json:"file_bytes"` // what was written to the file
+}
+
+func (a *app) exportFile(ctx context.Context, id, to string) (err error) {
+	abs, err := filepath.Abs(to)
+	if err != nil {
+		return fmt.Errorf("export --to %s: %v: %w", to, err, errdefs.ErrInvalidArgument)
+	}
+	format := tarFormat(abs)
+	tmp, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("export --to %s: %w", abs, localError(err))
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	file := &countingWriter{w: tmp}
+	var (
+		enc io.WriteCloser
+		w   io.Writer = file
+	)
+	switch format {
+	case "zstd":
+		zw, err := zstd.NewWriter(file)
+		if err != nil {
+			return err
+		}
+		enc, w = zw, zw
+	case "gzip":
+		gw := gzip.NewWriter(file)
+		enc, w = gw, gw
+	}
+	bar := a.progress(-1, "exporting to "+filepath.Base(abs))
+	res, err := a.client.ExportTar(ctx, id, io.MultiWriter(w, bar))
+	bar.Finish()
+	if err != nil {
+		if enc != nil {
+			enc.Close()
+		}
+		return err
+	}
+	if enc != nil {
+		if err := enc.Close(); err != nil {
+			return fmt.Errorf("export --to %s: %w", abs, localError(err))
+		}
+	}
+	if err := tmp.Chmod(0o666 &^ a.umask); err != nil {
+		return fmt.Errorf("export --to %s: %w", abs, localError(err))
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("export --to %s: %w", abs, localError(err))
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("export --to %s: %w", abs, localError(err))
+	}
+	if err := os.Rename(tmp.Name(), abs); err != nil {
+		return fmt.Errorf("export --to %s: %w", abs, localError(err))
+	}
+	committed = true
+	if d, err := os.Open(filepath.Dir(abs)); err == nil {
+		d.Sync() // best effort: the file itself is complete either way
+		d.Close()
+	}
+	out := fileExport{RootID: res.RootID, To: abs, Format: format, TarBytes: res.Bytes, FileBytes: file.n}
+	if a.json {
+		return a.printJSON(out)
+	}
+	fmt.Fprintf(a.stdout, "exported %s to %s (%s tar, %s written)\n",
+		out.RootID, out.To, humanBytes(out.TarBytes), humanBytes(out.FileBytes))
+	return nil
+}
+
+// localError classifies a failure of esfctl's own filesystem work.
+func localError(err error) error {
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrNotFound)
+	case errors.Is(err, os.ErrPermission), errors.Is(err, os.ErrExist):
+		return fmt.Errorf("%v: %w", err, errdefs.ErrFailedPrecondition)
+	}
+	return err
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// progress returns a byte counter drawn on stderr when it is a terminal and
+// the output is for humans, and an invisible one otherwise. total -1 is a
+// spinner. The caller ends it with Finish (which clears it and stops the spinner).
+func (a *app) progress(total int64, desc string) *progressbar.ProgressBar {
+	f, ok := a.stderr.(*os.File)
+	visible := ok && !a.json && a.isTTY(f)
+	var w io.Writer = io.Discard
+	if visible {
+		w = f
+	}
+	return progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetVisibility(visible),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionShowTotalBytes(true),
+		progressbar.OptionSetWidth(20),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionSpinnerType(14),
+		progressbar.OptionClearOnFinish(),
+	)
+}
+
+// spinner shows that a server-side operation is running.
+func (a *app) spinner(desc string) *progressbar.ProgressBar {
+	bar := a.progress(-1, desc)
+	bar.RenderBlank()
+	return bar
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/esf-dev/esf/errdefs"
+)
+
+func (a *app) fsckCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "fsck",
+		Usage: "re-hash every stored object; exit 9 (corrupt) listing the bad ones",
+		Flags: []cli.Flag{idempotencyKeyFlag()},
+		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
+			if err := exactArgs(cmd, 0); err != nil {
+				return err
+			}
+			res, err := a.client.Fsck(ctx, callOptions(cmd))
+			if err != nil {
+				return err
+			}
+			if a.json {
+				if err := a.printJSON(res); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintf(a.stdout, "checked %d objects (%s)\n", res.Checked, humanBytes(res.Bytes))
+				for _, id := range res.Bad {
+					fmt.Fprintf(a.stdout, "corrupt %s\n", id)
+				}
+			}
+			if len(res.Bad) > 0 {
+				return fmt.Errorf("%d corrupt object(s), first %s: %w", len(res.Bad), res.Bad[0], errdefs.ErrCorrupt)
+			}
+			return nil
+		}),
+	}
+}

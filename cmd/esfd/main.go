@@ -1,0 +1,50 @@
+// Command esfd is the esf daemon: it opens the state dir and serves the
+// HTTP/JSON API on a unix socket until SIGTERM or SIGINT.
+//
+// The binary is also the entry point of esfd's helper processes (the FUSE
+// server runs as a child process of the same binary): each one is a hidden
+// subcommand of root, and the root action is the daemon itself.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/esf-dev/esf/fabric"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// After the first signal, restore the default action: a second one
+	// kills the daemon instead of waiting for the grace period.
+	context.AfterFunc(ctx, stop)
+
+	if err := root().Run(ctx, os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "esfd: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func root() *cli.Command {
+	return &cli.Command{
+		Name:    "esfd",
+		Usage:   "the Ephemeral Sandbox Fabric daemon",
+		Version: fabric.Version,
+		Description: "esfd keeps an immutable graph of filesystem checkpoints in a content-addressed\n" +
+			"store and serves the HTTP/JSON API of docs/openapi.yaml on a unix socket (mode 0600).\n" +
+			"esfctl is its client. SIGTERM or SIGINT shut it down gracefully; a second signal\n" +
+			"stops it at once.",
+		Flags:           serveFlags(),
+		Action:          serve,
+		HideHelpCommand: true,
+		// Helper processes of the daemon, started by esfd itself (never by
+		// users), are hidden subcommands here.
+		Commands: []*cli.Command{},
+	}
+}

@@ -1,0 +1,390 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/export"
+	"github.com/esf-dev/esf/ingest"
+)
+
+// countingStore is a cas.Store decorator that keeps the number and total
+// size of stored objects current, so Status never walks the store.
+//
+// The tally starts with one walk (scan), run in the background from Open.
+// While it runs, Puts and Deletes record their outcome per id in pending
+// and the walk only adds ids nobody has recorded: whatever the interleaving
+// of the walk with a Put or Delete of the same id, the id is counted once
+// and with its final presence. After the walk, pending is folded into the
+// counters and mutations update them directly.
+//
+// The tally is exact as long as every write to the store goes through this
+// decorator (the daemon holds the state lock, so no other esfd writes).
+type countingStore struct {
+	cas.Store
+
+	// deleteMu serializes Deletes so that two Deletes of one id subtract it
+	// once: the second one's Stat finds it gone.
+	deleteMu sync.Mutex
+
+	mu       sync.Mutex
+	scanning bool
+	pending  map[cas.ID]int64 // while scanning: size, or -1 for deleted
+	objects  int64
+	bytes    int64
+	scanErr  error
+	scanned  chan struct{} // closed when the walk ends
+}
+
+var (
+	_ cas.Store   = (*countingStore)(nil)
+	_ cas.Batcher = (*countingStore)(nil)
+)
+
+func newCountingStore(s cas.Store) *countingStore {
+	return &countingStore{
+		Store:    s,
+		scanning: true,
+		pending:  map[cas.ID]int64{},
+		scanned:  make(chan struct{}),
+	}
+}
+
+// Unwrap returns the decorated store.
+func (c *countingStore) Unwrap() cas.Store { return c.Store }
+
+func (c *countingStore) record(id cas.ID, size int64, added bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.scanning {
+		if added {
+			c.pending[id] = size
+		} else {
+			c.pending[id] = -1
+		}
+		return
+	}
+	if added {
+		c.objects++
+		c.bytes += size
+	} else {
+		c.objects--
+		c.bytes -= size
+	}
+}
+
+func (c *countingStore) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
+	info, created, err := c.Store.Put(ctx, r)
+	if err == nil && created {
+		c.record(info.ID, info.Size, true)
+	}
+	return info, created, err
+}
+
+func (c *countingStore) Delete(ctx context.Context, id cas.ID) error {
+	c.deleteMu.Lock()
+	defer c.deleteMu.Unlock()
+	info, err := c.Store.Stat(ctx, id)
+	if err != nil {
+		if isNotFound(err) {
+			return nil // already gone: nothing to subtract, nothing to do
+		}
+		return err
+	}
+	if err := c.Store.Delete(ctx, id); err != nil {
+		return err
+	}
+	c.record(id, info.Size, false)
+	return nil
+}
+
+// NewBatch implements cas.Batcher with the decorated store's batches (or
+// plain Puts when it has none), counting what a batch created once it is
+// committed, since only then is it stored.
+//
+// One inexactness is accepted: a batch and a concurrent writer outside it
+// that store the same new object may both report it created and both
+// count it. The tally is for display; a restart recounts.
+func (c *countingStore) NewBatch() cas.Batch {
+	return &countingBatch{c: c, b: cas.NewBatch(c.Store)}
+}
+
+type countingBatch struct {
+	c       *countingStore
+	b       cas.Batch
+	mu      sync.Mutex
+	created []cas.Info
+}
+
+func (b *countingBatch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
+	info, created, err := b.b.Put(ctx, r)
+	if err == nil && created {
+		b.mu.Lock()
+		b.created = append(b.created, info)
+		b.mu.Unlock()
+	}
+	return info, created, err
+}
+
+func (b *countingBatch) Commit(ctx context.Context) error {
+	err := b.b.Commit(ctx)
+	b.mu.Lock()
+	created := b.created
+	b.created = nil
+	b.mu.Unlock()
+	for _, info := range created {
+		if err != nil {
+			// A failed commit may have published a subset: count what is
+			// there. Use a fresh context: ctx may be why it failed.
+			if ok, herr := b.c.Store.Has(context.WithoutCancel(ctx), info.ID); herr != nil || !ok {
+				continue
+			}
+		}
+		b.c.record(info.ID, info.Size, true)
+	}
+	return err
+}
+
+func (b *countingBatch) Abort() {
+	b.b.Abort()
+	b.mu.Lock()
+	b.created = nil
+	b.mu.Unlock()
+}
+
+// scan walks the store once and publishes the tally. It runs on its own
+// goroutine (started by Open, waited for by Close).
+func (c *countingStore) scan(ctx context.Context, log *slog.Logger) {
+	start := time.Now()
+	err := c.Store.Walk(ctx, func(info cas.Info) error {
+		c.mu.Lock()
+		if _, seen := c.pending[info.ID]; !seen {
+			c.pending[info.ID] = info.Size
+		}
+		c.mu.Unlock()
+		return nil
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.scanErr = fmt.Errorf("count objects: %w", err)
+		log.Error("object tally failed", "err", err)
+	} else {
+		for _, size := range c.pending {
+			if size >= 0 {
+				c.objects++
+				c.bytes += size
+			}
+		}
+		log.Info("object tally ready", "objects", c.objects, "bytes", c.bytes,
+			"ms", time.Since(start).Milliseconds())
+	}
+	c.scanning = false
+	c.pending = nil
+	close(c.scanned)
+}
+
+// tally returns the object count and bytes, waiting for the initial walk.
+func (c *countingStore) tally(ctx context.Context) (objects, bytes int64, err error) {
+	select {
+	case <-c.scanned:
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.scanErr != nil {
+		return 0, 0, c.scanErr
+	}
+	return c.objects, c.bytes, nil
+}
+
+func isNotFound(err error) bool { return errors.Is(err, cas.ErrNotFound) }
+
+// ImportSource names what to import: exactly one of Path or Tar.
+type ImportSource struct {
+	// Path is an absolute path on the daemon's host: a directory, a tar
+	// (plain, gzip, zstd), an OCI image layout or an OCI/docker archive.
+	Path string
+	// Tar is a tar stream (plain, gzip, zstd), read to its end.
+	Tar io.Reader
+}
+
+// Import stores src and returns its root tree. Importing content that is
+// already stored writes nothing (Result.NewObjects is 0).
+func (f *Fabric) Import(ctx context.Context, src ImportSource) (ingest.Result, error) {
+	opts := ingest.Options{Logger: f.log.With("op", "import"), TempDir: f.tmpDir}
+	switch {
+	case src.Path != "" && src.Tar != nil:
+		return ingest.Result{}, fmt.Errorf("import: both a path and a stream: %w", errdefs.ErrInvalidArgument)
+	case src.Tar != nil:
+		res, err := ingest.Tar(ctx, f.store, src.Tar, opts)
+		if err != nil {
+			return res, fmt.Errorf("import tar stream: %w", err)
+		}
+		f.log.Info("imported", "source", "tar stream", "root_id", res.Root, "files", res.Files, "new_objects", res.NewObjects)
+		return res, nil
+	case src.Path != "":
+		if !filepath.IsAbs(src.Path) {
+			return ingest.Result{}, fmt.Errorf("import %q: not an absolute path: %w", src.Path, errdefs.ErrInvalidArgument)
+		}
+		res, err := ingest.Path(ctx, f.store, src.Path, opts)
+		if err != nil {
+			return res, fmt.Errorf("import %s: %w", src.Path, err)
+		}
+		f.log.Info("imported", "source", src.Path, "root_id", res.Root, "files", res.Files, "new_objects", res.NewObjects)
+		return res, nil
+	}
+	return ingest.Result{}, fmt.Errorf("import: nothing to import: %w", errdefs.ErrInvalidArgument)
+}
+
+// ResolveRoot returns the root tree that id designates (see resolveRoot).
+func (f *Fabric) ResolveRoot(ctx context.Context, id string) (cas.ID, error) {
+	return f.resolveRoot(ctx, id)
+}
+
+// ExportDir writes the tree id designates into dest, an absolute path on
+// the daemon's host that must not exist (its parent must) or be an empty
+// directory. When the export fails, a dest it created is removed again; an
+// existing empty directory keeps what was written (export never deletes
+// what it did not create).
+func (f *Fabric) ExportDir(ctx context.Context, id, dest string) (cas.ID, export.Stats, error) {
+	root, err := f.resolveRoot(ctx, id)
+	if err != nil {
+		return cas.ZeroID, export.Stats{}, fmt.Errorf("export: %w", err)
+	}
+	if !filepath.IsAbs(dest) {
+		return root, export.Stats{}, fmt.Errorf("export to %q: not an absolute path: %w", dest, errdefs.ErrInvalidArgument)
+	}
+	_, lerr := os.Lstat(dest)
+	fresh := errors.Is(lerr, fs.ErrNotExist)
+	st, err := export.ToDir(ctx, f.store, root, dest, export.Options{Logger: f.log.With("op", "export")})
+	if err != nil {
+		if fresh && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			// All or nothing when the export made dest: a half-written
+			// tree under the caller's name would pass for an export.
+			if rerr := os.RemoveAll(dest); rerr != nil {
+				f.log.Warn("export failed; removing its partial output failed too", "to", dest, "err", rerr)
+			}
+		}
+		return root, st, err
+	}
+	f.log.Info("exported", "root_id", root, "to", dest, "files", st.Files, "bytes", st.Bytes)
+	return root, st, nil
+}
+
+// ExportTar streams the tree id designates as a tar into w. Nothing is
+// written to w when id does not resolve; a failure after the first byte
+// leaves a truncated tar in w. A corrupt blob never appears whole in w: the
+// member it belongs to is cut short, so even a reader of the tar that
+// ignores how the stream ended fails on it.
+func (f *Fabric) ExportTar(ctx context.Context, id string, w io.Writer) (cas.ID, export.Stats, error) {
+	root, err := f.resolveRoot(ctx, id)
+	if err != nil {
+		return cas.ZeroID, export.Stats{}, fmt.Errorf("export: %w", err)
+	}
+	st, err := export.ToTar(ctx, holdLastGetter{f.store}, root, w, export.Options{Logger: f.log.With("op", "export")})
+	if err != nil {
+		return root, st, err
+	}
+	return root, st, nil
+}
+
+// Fsck re-hashes every stored object. Bad objects are reported in the
+// result (and logged), not returned as an error.
+func (f *Fabric) Fsck(ctx context.Context) (cas.FsckResult, error) {
+	res, err := cas.Fsck(ctx, f.store, func(id cas.ID, err error) {
+		f.log.Error("fsck: bad object", "id", id, "err", err)
+	})
+	if err != nil {
+		return res, fmt.Errorf("fsck: %w", err)
+	}
+	f.log.Info("fsck done", "checked", res.Checked, "bytes", res.Bytes, "bad", len(res.Bad))
+	return res, nil
+}
+
+// holdLastGetter makes every blob it serves hold back its last byte until
+// the store's reader has verified the whole object (see holdLast).
+//
+// Why: a store's Get reports corruption on the read that reaches the end,
+// but an *os.File delivers its last bytes with a nil error and only then
+// (0, io.EOF); by the time the verifying reader says ErrCorrupt the whole
+// corrupt content has been handed out. For a directory export that is
+// harmless (files are renamed into place only once verified); a tar stream
+// cannot take bytes back, so we keep one byte back instead.
+type holdLastGetter struct{ cas.Getter }
+
+// Unwrap returns the decorated Getter.
+func (g holdLastGetter) Unwrap() cas.Getter { return g.Getter }
+
+func (g holdLastGetter) Get(ctx context.Context, id cas.ID) (io.ReadCloser, error) {
+	rc, err := g.Getter.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &holdLast{rc: rc}, nil
+}
+
+// holdLast passes rc through but releases the final byte only after rc
+// returned io.EOF; any other error keeps it back for good.
+type holdLast struct {
+	rc   io.ReadCloser
+	last byte  // the byte held back
+	has  bool  // last is set
+	err  error // sticky error of rc, io.EOF included
+	one  [1]byte
+}
+
+func (h *holdLast) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		if h.err != nil {
+			if h.err == io.EOF && h.has {
+				p[0], h.has = h.last, false
+				return 1, nil
+			}
+			return 0, h.err
+		}
+		switch {
+		case !h.has:
+			n, err := h.rc.Read(p)
+			h.err = err
+			if n > 0 {
+				h.last, h.has = p[n-1], true
+				if n > 1 {
+					return n - 1, nil
+				}
+			}
+		case len(p) == 1:
+			n, err := h.rc.Read(h.one[:])
+			h.err = err
+			if n == 1 {
+				p[0], h.last = h.last, h.one[0]
+				return 1, nil
+			}
+		default:
+			// p[0] takes the held byte; the new bytes land after it and
+			// the newest one is held back in its place.
+			n, err := h.rc.Read(p[1:])
+			h.err = err
+			if n > 0 {
+				p[0], h.last = h.last, p[n]
+				return n, nil
+			}
+		}
+	}
+}
+
+func (h *holdLast) Close() error { return h.rc.Close() }

@@ -1,0 +1,280 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/cas/local"
+	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/journal"
+	journalpebble "github.com/esf-dev/esf/journal/pebble"
+)
+
+// Version is the version esfd reports; the Makefile sets it with -ldflags -X.
+var Version = "dev"
+
+// Options configures Open. StateDir is required; everything else has a
+// default.
+type Options struct {
+	// StateDir holds all of the daemon's durable state (see the package doc
+	// for the layout). It is created (mode 0700) if missing.
+	StateDir string
+	// Logger receives operational logs. Default: discard. Only cmd/ builds a
+	// handler; fabric never touches the global logger.
+	Logger *slog.Logger
+	// Store configures the local object store.
+	Store *local.Options
+	// Journal configures the state plane (pebble under <state>/journal).
+	Journal journalpebble.Options
+	// ProjectionCommand runs the FUSE projection server as a child process
+	// (esfd passes itself with "fuse-server"). Empty serves the projection
+	// in-process, which only tests should do: a process that serves a FUSE
+	// mount must not also run executors on it.
+	ProjectionCommand []string
+	// Worker names this daemon in attempt runtime records; default the
+	// host name.
+	Worker string
+	// Now is the clock for leases; default time.Now.
+	Now func() time.Time
+}
+
+// Validate reports whether o can be opened, without touching the disk.
+func (o *Options) Validate() error {
+	if o.StateDir == "" {
+		return fmt.Errorf("fabric options: empty state dir: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Worker == "" {
+		o.Worker, _ = os.Hostname()
+	}
+	if o.Journal.Now == nil {
+		o.Journal.Now = o.Now
+	}
+	if o.Journal.Logger == nil {
+		o.Journal.Logger = o.Logger
+	}
+	return o
+}
+
+// Fabric is the daemon's composition root: every operation of the API is a
+// method of it. Other files of this package add operations; they reach the
+// parts through the fields below.
+type Fabric struct {
+	opts     Options
+	log      *slog.Logger
+	stateDir string
+	tmpDir   string
+
+	lock  *os.File     // flock on <state>/lock, held until Close
+	local *local.Store // the disk store, for paths (FUSE passthrough, fsck repair)
+	store *countingStore
+
+	journal    journal.Store
+	ids        *journal.IDGen
+	projection *projection
+	worker     string
+	now        func() time.Time
+	// mountMu serialises mounting and unmounting attempt roots.
+	mountMu sync.Mutex
+
+	// The initial object tally runs in the background from Open to its end
+	// or to Close; cancelScan stops it and scanDone waits for it.
+	cancelScan context.CancelFunc
+	scanDone   sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (creating if needed) the state in opts.StateDir. Only one
+// process may hold a state dir: a second Open fails with
+// errdefs.ErrFailedPrecondition.
+func Open(ctx context.Context, opts Options) (*Fabric, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	stateDir, err := filepath.Abs(opts.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("open state %s: %w", opts.StateDir, err)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("open state %s: %w", stateDir, err)
+	}
+	lock, err := lockStateDir(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fabric{
+		opts:     opts,
+		log:      opts.Logger,
+		stateDir: stateDir,
+		tmpDir:   filepath.Join(stateDir, "tmp"),
+		lock:     lock,
+	}
+	fail := func(err error) (*Fabric, error) {
+		lock.Close()
+		return nil, err
+	}
+	// Whatever is in tmp was left by a previous holder of the lock (imports
+	// stage there); nobody else uses it.
+	if err := os.RemoveAll(f.tmpDir); err != nil {
+		return fail(fmt.Errorf("open state %s: clean tmp: %w", stateDir, err))
+	}
+	if err := os.MkdirAll(f.tmpDir, 0o700); err != nil {
+		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+	}
+	f.local, err = local.Open(filepath.Join(stateDir, "cas"), opts.Store)
+	if err != nil {
+		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+	}
+	f.store = newCountingStore(f.local)
+	f.now, f.worker = opts.Now, opts.Worker
+	f.ids = journal.NewIDGen(opts.Now, nil)
+	f.journal, err = journalpebble.Open(filepath.Join(stateDir, "journal"), opts.Journal)
+	if err != nil {
+		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+	}
+	f.projection = &projection{
+		mnt: filepath.Join(stateDir, "mnt"), command: opts.ProjectionCommand, store: f.local, log: f.log,
+		logFile: filepath.Join(stateDir, "fuse-server.log"), pidFile: filepath.Join(stateDir, "fuse-server.pid"),
+	}
+
+	scanCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f.cancelScan = cancel
+	f.scanDone.Add(1)
+	go func() {
+		defer f.scanDone.Done()
+		f.store.scan(scanCtx, f.log)
+	}()
+	f.log.Info("state opened", "state_dir", stateDir, "version", Version)
+	return f, nil
+}
+
+func lockStateDir(dir string) (*os.File, error) {
+	p := filepath.Join(dir, "lock")
+	lf, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock state %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lf.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("state %s is in use by another process: %w", dir, errdefs.ErrFailedPrecondition)
+		}
+		return nil, fmt.Errorf("lock state %s: %w", dir, err)
+	}
+	return lf, nil
+}
+
+// Close stops background work and releases the state dir. Callers stop
+// issuing operations first (the API server shuts down before it).
+func (f *Fabric) Close() error {
+	f.closeOnce.Do(func() {
+		f.cancelScan()
+		f.scanDone.Wait()
+		// The projection server (a child process) and live attempts' mounts
+		// stay: a restarted daemon adopts them. An in-process projection
+		// (tests) cannot outlive us; StopAll tears everything down.
+		jerr := f.journal.Close()
+		f.closeErr = errors.Join(jerr, f.lock.Close()) // releases the flock
+		f.log.Info("state closed", "state_dir", f.stateDir)
+	})
+	return f.closeErr
+}
+
+// StateDir is the absolute state directory.
+func (f *Fabric) StateDir() string { return f.stateDir }
+
+// Store is the object store every operation goes through (it keeps the
+// object tally of Status current).
+func (f *Fabric) Store() cas.Store { return f.store }
+
+// Status describes the daemon and its store.
+type Status struct {
+	Version  string
+	StateDir string
+	Objects  int64 // objects in the local store
+	Bytes    int64 // their total size
+}
+
+// Status reports the version, the state dir and the object tally. Right
+// after Open the tally is still being counted: Status waits for it (or for
+// ctx).
+func (f *Fabric) Status(ctx context.Context) (Status, error) {
+	objects, bytes, err := f.store.tally(ctx)
+	if err != nil {
+		return Status{}, fmt.Errorf("status: %w", err)
+	}
+	return Status{Version: Version, StateDir: f.stateDir, Objects: objects, Bytes: bytes}, nil
+}
+
+// resolveRoot turns the id a caller names (today a root id, in hex) into the
+// root tree it designates, and checks that the tree is stored. Node ids
+// resolve here too once nodes exist.
+func (f *Fabric) resolveRoot(ctx context.Context, s string) (cas.ID, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return cas.ZeroID, fmt.Errorf("empty id: %w", errdefs.ErrInvalidArgument)
+	}
+	id, err := cas.ParseID(s)
+	if err != nil {
+		return cas.ZeroID, err
+	}
+	ok, err := f.store.Has(ctx, id)
+	if err != nil {
+		return cas.ZeroID, fmt.Errorf("root %s: %w", id, err)
+	}
+	if !ok {
+		return cas.ZeroID, fmt.Errorf("root %s: %w", id, errdefs.ErrNotFound)
+	}
+	return id, nil
+}
+
+// CallInfo is what a request says about itself, carried in its context from
+// the API to the operations (idempotency and events use it).
+type CallInfo struct {
+	// IdempotencyKey is the caller's key for a mutation; empty if none was
+	// given.
+	IdempotencyKey string
+	// TraceID (32 hex digits) and SpanID (16 hex digits) are the W3C trace
+	// context of the request: the caller's trace id if it sent a
+	// traceparent, a fresh one otherwise, and a span id for this request.
+	TraceID string
+	SpanID  string
+}
+
+type callInfoKey struct{}
+
+// WithCallInfo returns ctx carrying ci.
+func WithCallInfo(ctx context.Context, ci CallInfo) context.Context {
+	return context.WithValue(ctx, callInfoKey{}, ci)
+}
+
+// CallInfoFrom returns the CallInfo of ctx, if any.
+func CallInfoFrom(ctx context.Context) (CallInfo, bool) {
+	ci, ok := ctx.Value(callInfoKey{}).(CallInfo)
+	return ci, ok
+}

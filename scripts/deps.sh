@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages esf's tests and daemon need, only when one is
+# missing: a warm machine never touches apt. Needs root to install; without
+# root it only reports what is missing, so non-root test runs still work (the
+# tests that need these tools skip with a message).
+set -euo pipefail
+
+# What each package is for:
+#   runc            executor/ (issue 4): the OCI runtime the daemon drives
+#   fuse3           fusefs/: fusermount3 and the FUSE userspace config
+#   busybox-static  a static rootfs for container and WASI fixtures
+#   attr            getfattr/setfattr for the xattr round-trip checks
+#   tar             import/export cross-checks against GNU tar
+#   git             bench/ and fixtures that clone small repositories
+#   e2fsprogs       chattr/lsattr and filesystem images in later tests
+#   zstd, gzip      compressed tar fixtures for import tests
+#   diffutils       diff -r in the end-to-end tests
+packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils)
+
+missing=()
+for p in "${packages[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		missing+=("$p")
+	fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps: missing ${missing[*]} (not root: not installing; tests that need them will skip)" >&2
+	exit 0
+fi
+
+echo "deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
