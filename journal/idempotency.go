@@ -1,0 +1,183 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxIdempotencyKeyLen bounds a caller's idempotency key.
+const MaxIdempotencyKeyLen = 256
+
+// CheckIdempotencyKey checks that key is 1..MaxIdempotencyKeyLen bytes of
+// UTF-8 without control characters; a violation wraps ErrInvalidArgument.
+func CheckIdempotencyKey(key string) error {
+	if key == "" || len(key) > MaxIdempotencyKeyLen {
+		return fmt.Errorf("idempotency key: want 1..%d bytes, got %d: %w", MaxIdempotencyKeyLen, len(key), ErrInvalidArgument)
+	}
+	if !utf8.ValidString(key) {
+		return fmt.Errorf("idempotency key %q: not UTF-8: %w", key, ErrInvalidArgument)
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("idempotency key %q: control character: %w", key, ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// Fingerprint names a request: "sha256:" and the hex SHA-256 of op, a NUL,
+// and the canonical JSON of request. Canonical means json.Marshal, then
+// decoded and re-encoded so object keys are sorted and insignificant space
+// is gone even inside json.RawMessage fields (a caller's logical_state), while
+// numbers keep their exact text. Two requests fingerprint alike iff they
+// mean the same JSON to an API client.
+func Fingerprint(op string, request any) (string, error) {
+	canon, err := CanonicalJSON(request)
+	if err != nil {
+		return "", fmt.Errorf("fingerprint %s request: %w", op, err)
+	}
+	h := sha256.New()
+	h.Write([]byte(op))
+	h.Write([]byte{0})
+	h.Write(canon)
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// CanonicalJSON encodes v with sorted object keys, no insignificant space and
+// numbers as written. An unencodable v wraps ErrInvalidArgument.
+func CanonicalJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode: %v: %w", err, ErrInvalidArgument)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var generic any
+	if err := dec.Decode(&generic); err != nil {
+		return nil, fmt.Errorf("re-decode: %v: %w", err, ErrInvalidArgument)
+	}
+	out, err := json.Marshal(generic)
+	if err != nil {
+		return nil, fmt.Errorf("re-encode: %v: %w", err, ErrInvalidArgument)
+	}
+	return out, nil
+}
+
+// CheckIdempotency looks key up. If it holds the first result of the same
+// request (same op and fingerprint) it returns that result's bytes exactly as
+// stored and found = true. If it holds a different request it returns an
+// error wrapping ErrConflict that names the key. If the key is free it
+// returns found = false: run the operation and RecordResult in the same
+// transaction.
+func CheckIdempotency(r Reader, key, op string, request any) (result []byte, found bool, err error) {
+	fp, err := Fingerprint(op, request)
+	if err != nil {
+		return nil, false, err
+	}
+	return checkIdempotency(r, key, op, fp)
+}
+
+func checkIdempotency(r Reader, key, op, fp string) ([]byte, bool, error) {
+	if err := CheckIdempotencyKey(key); err != nil {
+		return nil, false, err
+	}
+	b, err := r.Get(idemKey(key))
+	if errors.Is(err, ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("idempotency key %q: %w", key, err)
+	}
+	var e IdempotencyEntry
+	if err := decode(fmt.Sprintf("idempotency key %q", key), b, &e); err != nil {
+		return nil, false, err
+	}
+	if e.Op != op || e.Fingerprint != fp {
+		return nil, false, fmt.Errorf("idempotency key %q was first used for a different %s request: %w", key, e.Op, ErrConflict)
+	}
+	return []byte(e.Result), true, nil
+}
+
+// RecordResult stores result (encoded with json.Marshal; a json.RawMessage
+// is kept as is, compacted) as the first result of request under key, and
+// returns the stored bytes. A key already taken is ErrExists: call
+// CheckIdempotency first, in the same transaction.
+func RecordResult(tx Tx, key, op string, request, result any) ([]byte, error) {
+	fp, err := Fingerprint(op, request)
+	if err != nil {
+		return nil, err
+	}
+	return recordResult(tx, key, op, fp, result)
+}
+
+func recordResult(tx Tx, key, op, fp string, result any) ([]byte, error) {
+	if err := CheckIdempotencyKey(key); err != nil {
+		return nil, err
+	}
+	res, err := json.Marshal(result)
+	if err != nil {
+		return nil, fmt.Errorf("idempotency key %q: encode %s result: %v: %w", key, op, err, ErrInvalidArgument)
+	}
+	if ok, err := exists(tx, idemKey(key)); err != nil || ok {
+		return nil, fmt.Errorf("idempotency key %q: %w", key, orErr(err, ErrExists))
+	}
+	e := IdempotencyEntry{Key: key, Op: op, Fingerprint: fp, Result: res, CreatedAt: tx.Now()}
+	if err := putRecord(tx, "idempotency entry", idemKey(key), &e); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func idemKey(key string) []byte { return recordKey(prefixIdem, key) }
+
+// DoIdempotent runs one mutating operation exactly once per key, in one
+// Update: if key already holds the same request's result, it returns those
+// bytes unchanged with replayed = true and writes nothing; if it holds a
+// different request, ErrConflict; otherwise it runs fn and stores fn's
+// result under key in the same atomic batch as fn's writes, and returns the
+// stored bytes. An error from fn is returned and records nothing, so the key
+// stays free for a retry. fn may run more than once (see Store.Update).
+//
+// Because the check, the operation and the record commit together, a crash
+// at any point leaves either no trace of the operation or the operation and
+// its result: the replay after a lost reply returns the committed result.
+func DoIdempotent(ctx context.Context, s Store, key, op string, request any, fn func(tx Tx) (any, error)) (result []byte, replayed bool, err error) {
+	if err := CheckIdempotencyKey(key); err != nil {
+		return nil, false, err
+	}
+	if op == "" {
+		return nil, false, fmt.Errorf("idempotent operation: op is required: %w", ErrInvalidArgument)
+	}
+	fp, err := Fingerprint(op, request)
+	if err != nil {
+		return nil, false, err
+	}
+	err = s.Update(ctx, func(tx Tx) error {
+		result, replayed = nil, false
+		prev, found, err := checkIdempotency(tx, key, op, fp)
+		if err != nil {
+			return err
+		}
+		if found {
+			result, replayed = prev, true
+			return nil
+		}
+		v, err := fn(tx)
+		if err != nil {
+			return err
+		}
+		result, err = recordResult(tx, key, op, fp, v)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return result, replayed, nil
+}

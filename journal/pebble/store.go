@@ -1,0 +1,387 @@
+package pebble
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/esf-dev/esf/journal"
+	"github.com/esf-dev/esf/journal/failpoint"
+	"github.com/esf-dev/esf/journal/internal/kvutil"
+)
+
+// Options configure a Store. The zero value is valid: every field has a
+// default.
+type Options struct {
+	// FS is the filesystem pebble writes to; default the OS (vfs.Default).
+	// Tests pass vfs.NewMem() or vfs.NewCrashableMem().
+	FS vfs.FS
+	// CacheSize is the block cache in bytes; default 32 MiB.
+	CacheSize int64
+	// MemTableSize is the size of one memtable in bytes; default 4 MiB.
+	MemTableSize uint64
+	// Now is the clock behind Reader.Now; default time.Now.
+	Now func() time.Time
+	// Logger receives pebble's log at Debug (info) and Error level;
+	// default discards it.
+	Logger *slog.Logger
+	// Failpoint is evaluated at the journal.Failpoint* boundaries of every
+	// Update; a non-nil error aborts it there. Default failpoint.Inject.
+	Failpoint func(name string) error
+}
+
+const (
+	defaultCacheSize    = 32 << 20
+	defaultMemTableSize = 4 << 20
+)
+
+// Validate checks o and fills in defaults.
+func (o *Options) Validate() error {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.CacheSize < 0 {
+		return fmt.Errorf("journal options: negative cache size: %w", journal.ErrInvalidArgument)
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = defaultCacheSize
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = defaultMemTableSize
+	}
+	if o.MemTableSize < 1<<20 {
+		return fmt.Errorf("journal options: memtable of %d bytes is below 1 MiB: %w", o.MemTableSize, journal.ErrInvalidArgument)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Failpoint == nil {
+		o.Failpoint = failpoint.Inject
+	}
+	return nil
+}
+
+// Store is the pebble journal.Store.
+type Store struct {
+	db     *pebble.DB
+	opts   Options
+	notify kvutil.Broadcaster
+
+	// writer is the one-slot writer lock; a channel so that waiting for it
+	// can give up when the context ends.
+	writer chan struct{}
+	// closeMu is held shared by every transaction and exclusively by Close,
+	// so pebble is never closed under a live snapshot or batch.
+	closeMu sync.RWMutex
+	closed  bool
+}
+
+var _ journal.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the journal in dir.
+func Open(dir string, opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	db, err := pebble.Open(dir, &pebble.Options{
+		FS:           opts.FS,
+		CacheSize:    opts.CacheSize,
+		MemTableSize: opts.MemTableSize,
+		// Pinned rather than FormatNewest, so a pebble upgrade never
+		// rewrites the on-disk format unasked. It includes WAL sync chunks,
+		// which let recovery tell a torn WAL tail from corruption.
+		FormatMajorVersion: pebble.FormatValueSeparation,
+		Logger:             slogAdapter{opts.Logger},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open journal %s: %w", dir, err)
+	}
+	if err := checkSchema(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open journal %s: %w", dir, err)
+	}
+	return &Store{db: db, opts: opts, writer: make(chan struct{}, 1)}, nil
+}
+
+func checkSchema(db *pebble.DB) error {
+	v, closer, err := db.Get(kvutil.SchemaKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return db.Set(kvutil.SchemaKey, kvutil.SchemaValue(), pebble.Sync)
+	}
+	if err != nil {
+		return mapErr(err)
+	}
+	defer closer.Close()
+	return kvutil.CheckSchema(v)
+}
+
+// View implements journal.Store.
+func (s *Store) View(ctx context.Context, fn func(r journal.Reader) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return journal.ErrClosed
+	}
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	r := &reader{ctx: ctx, src: snap, now: s.now()}
+	defer r.end()
+	return fn(r)
+}
+
+// Update implements journal.Store.
+func (s *Store) Update(ctx context.Context, fn func(tx journal.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case s.writer <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.writer }()
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return journal.ErrClosed
+	}
+	if err := s.opts.Failpoint(journal.FailpointUpdateBegin); err != nil {
+		return err
+	}
+
+	b := s.db.NewIndexedBatch()
+	defer b.Close()
+	t := &tx{reader: reader{ctx: ctx, src: b, now: s.now()}, b: b}
+	err := fn(t)
+	t.end()
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := s.opts.Failpoint(journal.FailpointUpdateBeforeCommit); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("journal commit: %w", mapErr(err))
+	}
+	if t.appended {
+		s.notify.Broadcast()
+	}
+	return s.opts.Failpoint(journal.FailpointUpdateAfterCommit)
+}
+
+// Notify implements journal.Store.
+func (s *Store) Notify() <-chan struct{} { return s.notify.Wait() }
+
+// Close implements journal.Store.
+func (s *Store) Close() error {
+	s.writer <- struct{}{}
+	defer func() { <-s.writer }()
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.notify.Close()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close journal: %w", err)
+	}
+	return nil
+}
+
+// Metrics returns pebble's metrics, for the daemon's status and benchmarks.
+func (s *Store) Metrics() (*pebble.Metrics, error) {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return nil, journal.ErrClosed
+	}
+	return s.db.Metrics(), nil
+}
+
+func (s *Store) now() time.Time { return s.opts.Now().UTC() }
+
+// source is what a pebble snapshot and an indexed batch have in common.
+type source interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+type reader struct {
+	ctx   context.Context
+	src   source
+	now   time.Time
+	ended bool
+}
+
+var errEnded = fmt.Errorf("journal transaction used after it ended: %w", journal.ErrFailedPrecondition)
+
+func (r *reader) end() { r.ended = true }
+
+func (r *reader) Get(key []byte) ([]byte, error) {
+	if r.ended {
+		return nil, errEnded
+	}
+	v, closer, err := r.src.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("key %q: %w", key, journal.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, mapErr(err))
+	}
+	out := append([]byte(nil), v...)
+	return out, closer.Close()
+}
+
+// ctxCheckEvery is how many keys a scan reads between context checks.
+const ctxCheckEvery = 64
+
+func (r *reader) Scan(start, end []byte, fn func(key, value []byte) error) (err error) {
+	if r.ended {
+		return errEnded
+	}
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	if len(start) == 0 {
+		// pebble's invariant checks (on under -race) index a seek key's
+		// first byte; no lower bound means the same as the empty key.
+		start = nil
+	}
+	it, err := r.src.NewIter(&pebble.IterOptions{LowerBound: start, UpperBound: end})
+	if err != nil {
+		return fmt.Errorf("scan: %w", mapErr(err))
+	}
+	defer func() {
+		if cerr := it.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("scan: %w", mapErr(cerr))
+		}
+	}()
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if n++; n%ctxCheckEvery == 0 {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("scan %q: %w", it.Key(), mapErr(err))
+		}
+		if err := fn(it.Key(), v); err != nil {
+			if errors.Is(err, journal.ErrStop) {
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *reader) Events(after uint64, fn func(ev journal.Event) error) error {
+	start, end := kvutil.EventRange(after)
+	return r.Scan(start, end, func(k, v []byte) error {
+		ev, err := kvutil.DecodeEvent(k, v)
+		if err != nil {
+			return err
+		}
+		return fn(ev)
+	})
+}
+
+func (r *reader) LastSeq() (uint64, error) {
+	if r.ended {
+		return 0, errEnded
+	}
+	return kvutil.LastSeq(r.Get)
+}
+
+func (r *reader) Now() time.Time { return r.now }
+
+type tx struct {
+	reader
+	b        *pebble.Batch
+	appended bool
+}
+
+func (t *tx) Put(key, value []byte) error {
+	if err := kvutil.CheckPut(key, value); err != nil {
+		return err
+	}
+	return t.RawPut(key, value)
+}
+
+// RawPut writes without the reserved-prefix check, for kvutil's event log.
+func (t *tx) RawPut(key, value []byte) error {
+	if t.ended {
+		return errEnded
+	}
+	return mapErr(t.b.Set(key, value, nil))
+}
+
+func (t *tx) Delete(key []byte) error {
+	if t.ended {
+		return errEnded
+	}
+	if err := kvutil.CheckDelete(key); err != nil {
+		return err
+	}
+	return mapErr(t.b.Delete(key, nil))
+}
+
+func (t *tx) AppendEvent(ev journal.Event) (uint64, error) {
+	if t.ended {
+		return 0, errEnded
+	}
+	seq, err := kvutil.AppendEvent(t, t.now, ev)
+	if err == nil {
+		t.appended = true
+	}
+	return seq, err
+}
+
+// mapErr gives pebble's corruption errors our class.
+func mapErr(err error) error {
+	if err != nil && errors.Is(err, pebble.ErrCorruption) {
+		return fmt.Errorf("%w: %w", journal.ErrCorrupt, err)
+	}
+	return err
+}
+
+// slogAdapter routes pebble's logger to slog.
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Infof(format string, args ...any) {
+	a.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (a slogAdapter) Errorf(format string, args ...any) {
+	a.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+// Fatalf is how pebble reports a broken invariant of its own files; it must
+// not return, so after logging this panics, as pebble's default logger exits.
+func (a slogAdapter) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	a.l.Error(msg, "component", "pebble", "fatal", true)
+	panic("pebble: " + msg)
+}
