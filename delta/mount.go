@@ -47,6 +47,11 @@ func Mount(l Layout) error {
 			return err
 		}
 	}
+	// The merged root is the upper root directory itself, so it must start
+	// with the lower root's attributes or the attempt would see 0700 root.
+	if err := copyRootAttrs(l.Lower, l.Upper()); err != nil {
+		return err
+	}
 	if err := unix.Mount("overlay", l.Root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay at %s: %w", l.Root, err)
 	}
@@ -86,4 +91,51 @@ func Mounted(root string) bool {
 		return false
 	}
 	return st.Dev != parent.Dev
+}
+
+// copyRootAttrs gives dst the owner, mode, xattrs and mtime of src.
+func copyRootAttrs(src, dst string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(src, &st); err != nil {
+		return fmt.Errorf("overlay lower %s: %w", src, err)
+	}
+	if err := unix.Chown(dst, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	if err := unix.Chmod(dst, st.Mode&0o7777); err != nil {
+		return err
+	}
+	if err := copyXattrs(src, dst); err != nil {
+		return err
+	}
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	return unix.UtimesNano(dst, ts)
+}
+
+func copyXattrs(src, dst string) error {
+	sz, err := unix.Llistxattr(src, nil)
+	if err != nil || sz == 0 {
+		return nil // no xattrs, or none supported
+	}
+	buf := make([]byte, sz)
+	if sz, err = unix.Llistxattr(src, buf); err != nil {
+		return nil
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00") {
+		if name == "" {
+			continue
+		}
+		vsz, err := unix.Lgetxattr(src, name, nil)
+		if err != nil {
+			continue
+		}
+		val := make([]byte, vsz)
+		if vsz, err = unix.Lgetxattr(src, name, val); err != nil {
+			continue
+		}
+		if err := unix.Lsetxattr(dst, name, val[:vsz], 0); err != nil {
+			return fmt.Errorf("copy xattr %s to %s: %w", name, dst, err)
+		}
+	}
+	return nil
 }

@@ -178,7 +178,7 @@ func adopt(opts StartOptions) (*Process, bool) {
 // Stop unmounts the projection, which ends its server. It fails with EBUSY
 // while attempts still use it.
 func (p *Process) Stop() error {
-	if err := unix.Unmount(p.Mount, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+	if err := unix.Unmount(p.Mount, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount projection %s: %w", p.Mount, err)
 	}
 	if p.Pid > 0 {
@@ -244,4 +244,11 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// Alive reports whether the server still answers on its mount.
+func (p *Process) Alive() bool {
+	var st unix.Statfs_t
+	fstype, ok := mountType(p.Mount)
+	return ok && fstype == "fuse.esf" && unix.Statfs(p.Mount, &st) == nil
 }

@@ -1,0 +1,479 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/journal"
+)
+
+// Attempts: activate leases a node and mounts a private writable delta on
+// its root; release unmounts and deletes it; leases expire unless renewed.
+// The journal records intent (attempt, lease) first, then the worker mounts;
+// recovery reconciles the two after a crash (see Recover).
+
+// Operation names of the attempt lifecycle.
+const (
+	OpActivate = "activate"
+	OpSuspend  = "suspend"
+	OpRelease  = "release"
+	OpRenew    = "renew"
+	OpRetry    = "retry"
+)
+
+// Executors.
+const (
+	ExecutorNone = "none"
+)
+
+// DefaultLeaseTTL is the lease an activation takes when it names none.
+const DefaultLeaseTTL = 10 * time.Minute
+
+// ActivateRequest leases a node for one attempt.
+type ActivateRequest struct {
+	NodeID   string `json:"node_id"`
+	Executor string `json:"executor,omitempty"` // "none" (default)
+	// TTLMillis is the lease's time to live; DefaultLeaseTTL when zero.
+	TTLMillis int64 `json:"ttl_ms,omitempty"`
+	// Root, if set, is where the writable root is mounted (esfctl mount
+	// --rw); it must be an empty directory. Default: under the state dir.
+	Root string `json:"root,omitempty"`
+	// RetryOf names the failed attempt this one retries.
+	RetryOf string `json:"retry_of,omitempty"`
+}
+
+// Activate creates an active attempt on a draft or sealed node with a fresh
+// lease and mounts its writable root. The root starts with no payload of its
+// own: an empty upper directory over the node's projected root.
+func (f *Fabric) Activate(ctx context.Context, req ActivateRequest) (AttemptView, error) {
+	return f.activate(ctx, OpActivate, req)
+}
+
+func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (AttemptView, error) {
+	var a journal.Attempt
+	if req.Executor == "" {
+		req.Executor = ExecutorNone
+	}
+	if req.Executor != ExecutorNone {
+		return AttemptView{}, fmt.Errorf("activate: executor %q: %w", req.Executor, journal.ErrUnsupported)
+	}
+	if err := journal.CheckID(journal.KindNode, req.NodeID); err != nil {
+		return AttemptView{}, fmt.Errorf("activate: %w", err)
+	}
+	if req.TTLMillis < 0 {
+		return AttemptView{}, fmt.Errorf("activate: negative ttl: %w", journal.ErrInvalidArgument)
+	}
+	if req.Root != "" {
+		abs, err := checkMountDir(req.Root)
+		if err != nil {
+			return AttemptView{}, fmt.Errorf("activate: %w", err)
+		}
+		req.Root = abs
+	}
+	ttl := time.Duration(req.TTLMillis) * time.Millisecond
+	if ttl == 0 {
+		ttl = DefaultLeaseTTL
+	}
+	err := f.mutate(ctx, op, req, &a, func(tx journal.Tx, ci CallInfo) (any, error) {
+		n, err := journal.GetNode(tx, req.NodeID)
+		if err != nil {
+			return nil, err
+		}
+		if n.Status != journal.NodeDraft && n.Status != journal.NodeSealed {
+			return nil, fmt.Errorf("node %s is %s; only draft or sealed nodes activate: %w", n.NodeID, n.Status, journal.ErrFailedPrecondition)
+		}
+		if req.RetryOf != "" {
+			prev, err := journal.GetAttempt(tx, req.RetryOf)
+			if err != nil {
+				return nil, err
+			}
+			if prev.State != journal.AttemptFailed && prev.State != journal.AttemptReleased {
+				return nil, fmt.Errorf("attempt %s is %s; only failed attempts are retried: %w", prev.AttemptID, prev.State, journal.ErrFailedPrecondition)
+			}
+			if prev.NodeID != req.NodeID {
+				return nil, fmt.Errorf("retry of %s must be on its node %s: %w", prev.AttemptID, prev.NodeID, journal.ErrInvalidArgument)
+			}
+		}
+		aid, err := f.ids.New(journal.KindAttempt)
+		if err != nil {
+			return nil, err
+		}
+		lid, err := f.ids.New(journal.KindLease)
+		if err != nil {
+			return nil, err
+		}
+		a := journal.Attempt{AttemptID: aid, NodeID: n.NodeID, GroupID: n.GroupID, Executor: req.Executor,
+			LeaseID: lid, State: journal.AttemptActive, RetryOf: req.RetryOf}
+		if err := journal.CreateAttempt(tx, a); err != nil {
+			return nil, err
+		}
+		token, err := journal.NextFencingToken(tx)
+		if err != nil {
+			return nil, err
+		}
+		l := journal.Lease{LeaseID: lid, AttemptID: aid, NodeID: n.NodeID, GroupID: n.GroupID, Token: token,
+			TTLMillis: ttl.Milliseconds(), ExpiresAt: tx.Now().Add(ttl)}
+		if err := journal.CreateLease(tx, l); err != nil {
+			return nil, err
+		}
+		ev := a.Event(journal.EventAttemptCreated)
+		ev.RootID = n.RootID
+		if err := event(tx, ci, ev, map[string]any{"executor": req.Executor, "retry_of": req.RetryOf}); err != nil {
+			return nil, err
+		}
+		lev := l.Event(journal.EventLeaseAcquired)
+		lev.RootID = n.RootID
+		if err := event(tx, ci, lev, map[string]any{"token": token, "ttl_ms": l.TTLMillis}); err != nil {
+			return nil, err
+		}
+		return journal.GetAttempt(tx, aid)
+	})
+	if err != nil {
+		return AttemptView{}, err
+	}
+	// The mount follows the commit; a replay of the same key lands here too
+	// and finds the attempt already mounted.
+	if err := f.ensureMounted(ctx, a, req.Root); err != nil {
+		f.failAttempt(context.WithoutCancel(ctx), a.AttemptID, err)
+		return AttemptView{}, fmt.Errorf("activate: %w", err)
+	}
+	return f.attemptView(ctx, a.AttemptID)
+}
+
+// attemptDir is the worker-local home of an attempt's delta.
+func (f *Fabric) attemptDir(attemptID string) string {
+	return filepath.Join(f.stateDir, "attempts", attemptID)
+}
+
+func (f *Fabric) layout(a journal.Attempt, rootID, root string) delta.Layout {
+	dir := f.attemptDir(a.AttemptID)
+	if root == "" {
+		root = filepath.Join(dir, "root")
+	}
+	return delta.Layout{Lower: f.projection.RootPath(rootID), Dir: filepath.Join(dir, "delta"), Root: root}
+}
+
+// ensureMounted mounts a live attempt's writable root if it is not mounted
+// and records where in the attempt's runtime record.
+func (f *Fabric) ensureMounted(ctx context.Context, a journal.Attempt, root string) error {
+	f.mountMu.Lock()
+	defer f.mountMu.Unlock()
+	var n journal.Node
+	var rt journal.AttemptRuntime
+	haveRT := false
+	err := f.journal.View(ctx, func(r journal.Reader) error {
+		var err error
+		if a, err = journal.GetAttempt(r, a.AttemptID); err != nil {
+			return err
+		}
+		if n, err = journal.GetNode(r, a.NodeID); err != nil {
+			return err
+		}
+		rt, err = journal.GetAttemptRuntime(r, a.AttemptID)
+		if err == nil {
+			haveRT = true
+		} else if !isNotFound(err) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !a.State.Live() {
+		return fmt.Errorf("attempt %s is %s: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
+	}
+	if haveRT && rt.Mount != "" {
+		root = rt.Mount
+	}
+	base := baseRoot(a, n, rt)
+	l := f.layout(a, base, root)
+	if delta.Mounted(l.Root) {
+		return nil
+	}
+	if err := f.projection.Ensure(ctx); err != nil {
+		return err
+	}
+	if err := delta.Mount(l); err != nil {
+		return err
+	}
+	rt = journal.AttemptRuntime{AttemptID: a.AttemptID, Worker: f.worker, PrivateDelta: l.Dir, Mount: l.Root,
+		Data: rtData{BaseRootID: base}.json()}
+	if err := f.journal.Update(ctx, func(tx journal.Tx) error { return journal.PutAttemptRuntime(tx, rt) }); err != nil {
+		delta.Unmount(l.Root)
+		return err
+	}
+	return nil
+}
+
+func (f *Fabric) attemptView(ctx context.Context, id string) (AttemptView, error) {
+	var v *AttemptView
+	err := f.journal.View(ctx, func(r journal.Reader) error {
+		var err error
+		v, err = attemptView(r, id)
+		return err
+	})
+	if err != nil {
+		return AttemptView{}, err
+	}
+	return *v, nil
+}
+
+// ReleaseRequest ends an attempt.
+type ReleaseRequest struct {
+	AttemptID string `json:"attempt_id"`
+	// Token, if set, must be the attempt's current lease token.
+	Token uint64 `json:"token,omitempty"`
+}
+
+// Release unmounts a live attempt's root, deletes its delta and lease, and
+// marks it released. Releasing a released attempt returns it unchanged.
+func (f *Fabric) Release(ctx context.Context, req ReleaseRequest) (AttemptView, error) {
+	if err := journal.CheckID(journal.KindAttempt, req.AttemptID); err != nil {
+		return AttemptView{}, fmt.Errorf("release: %w", err)
+	}
+	a, err := f.attemptView(ctx, req.AttemptID)
+	if err != nil {
+		return AttemptView{}, fmt.Errorf("release: %w", err)
+	}
+	if a.Lease != nil && req.Token != 0 && req.Token != a.Lease.Token {
+		return AttemptView{}, staleToken(a.AttemptID, req.Token, a.Lease.Token)
+	}
+	if a.State == journal.AttemptQuiescing {
+		return AttemptView{}, fmt.Errorf("release: attempt %s is sealing: %w", a.AttemptID, journal.ErrFailedPrecondition)
+	}
+	// Unmount first: if the root is busy, nothing changes in the journal.
+	if err := f.removeDelta(a.Attempt, a.Runtime); err != nil {
+		return AttemptView{}, fmt.Errorf("release: %w", err)
+	}
+	err = f.mutate(ctx, OpRelease, req, nil, func(tx journal.Tx, ci CallInfo) (any, error) {
+		return nil, releaseInTx(tx, ci, req.AttemptID, journal.AttemptReleased, "")
+	})
+	if err != nil {
+		return AttemptView{}, err
+	}
+	return f.attemptView(ctx, req.AttemptID)
+}
+
+// releaseInTx moves a live attempt to the final state `to` (released or
+// failed), drops its lease and runtime record. An attempt already past
+// that point is left alone.
+func releaseInTx(tx journal.Tx, ci CallInfo, attemptID string, to journal.AttemptState, reason string) error {
+	a, err := journal.GetAttempt(tx, attemptID)
+	if err != nil {
+		return err
+	}
+	from := a.State
+	if from == to || from == journal.AttemptReleased {
+		return nil
+	}
+	if to == journal.AttemptReleased && from.Live() && from != journal.AttemptActive && from != journal.AttemptQueued {
+		return fmt.Errorf("attempt %s is %s: %w", attemptID, from, journal.ErrFailedPrecondition)
+	}
+	if err := a.Transition(to); err != nil {
+		return err
+	}
+	if reason != "" {
+		a.Error = reason
+	}
+	if a.LeaseID != "" {
+		l, err := journal.GetLease(tx, a.LeaseID)
+		switch {
+		case err == nil:
+			if err := journal.DeleteLease(tx, a.LeaseID); err != nil {
+				return err
+			}
+			typ := journal.EventLeaseReleased
+			if to == journal.AttemptFailed {
+				typ = journal.EventLeaseExpired
+			}
+			if err := event(tx, ci, l.Event(typ), nil); err != nil {
+				return err
+			}
+		case !isNotFound(err):
+			return err
+		}
+	}
+	if err := journal.UpdateAttempt(tx, a); err != nil {
+		return err
+	}
+	if err := journal.DeleteAttemptRuntime(tx, attemptID); err != nil && !isNotFound(err) {
+		return err
+	}
+	return event(tx, ci, a.Event(journal.EventAttemptState), map[string]any{"from": from, "to": to, "reason": reason})
+}
+
+// removeDelta unmounts an attempt's root and deletes its private delta.
+func (f *Fabric) removeDelta(a journal.Attempt, rt *journal.AttemptRuntime) error {
+	f.mountMu.Lock()
+	defer f.mountMu.Unlock()
+	root := filepath.Join(f.attemptDir(a.AttemptID), "root")
+	if rt != nil && rt.Mount != "" {
+		root = rt.Mount
+	}
+	if err := delta.Unmount(root); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(f.attemptDir(a.AttemptID)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// failAttempt records that a live attempt failed and cleans its delta.
+func (f *Fabric) failAttempt(ctx context.Context, attemptID string, cause error) {
+	a, err := f.attemptView(ctx, attemptID)
+	if err == nil {
+		err = f.removeDelta(a.Attempt, a.Runtime)
+	}
+	if err == nil {
+		err = f.journal.Update(ctx, func(tx journal.Tx) error {
+			return releaseInTx(tx, f.callInfo(ctx), attemptID, journal.AttemptFailed, cause.Error())
+		})
+	}
+	if err != nil {
+		f.log.Error("fail attempt", "attempt_id", attemptID, "cause", cause, "err", err)
+	}
+}
+
+// RenewRequest extends a lease.
+type RenewRequest struct {
+	LeaseID   string `json:"lease_id"`
+	Token     uint64 `json:"token"`
+	TTLMillis int64  `json:"ttl_ms,omitempty"`
+}
+
+// Renew extends a live lease by its TTL (or req.TTLMillis) from now. A
+// token that is not the lease's current one is rejected with
+// ErrStaleGeneration: the caller's lease was replaced.
+func (f *Fabric) Renew(ctx context.Context, req RenewRequest) (journal.Lease, error) {
+	var l journal.Lease
+	if err := journal.CheckID(journal.KindLease, req.LeaseID); err != nil {
+		return l, fmt.Errorf("renew: %w", err)
+	}
+	if req.TTLMillis < 0 {
+		return l, fmt.Errorf("renew: negative ttl: %w", journal.ErrInvalidArgument)
+	}
+	err := f.mutate(ctx, OpRenew, req, &l, func(tx journal.Tx, ci CallInfo) (any, error) {
+		l, err := journal.GetLease(tx, req.LeaseID)
+		if err != nil {
+			return nil, fmt.Errorf("lease %s (expired or released): %w", req.LeaseID, err)
+		}
+		if req.Token != l.Token {
+			return nil, staleToken(l.AttemptID, req.Token, l.Token)
+		}
+		if l.Expired(tx.Now()) {
+			return nil, fmt.Errorf("lease %s expired at %s: %w", l.LeaseID, l.ExpiresAt.Format(time.RFC3339Nano), journal.ErrFailedPrecondition)
+		}
+		if req.TTLMillis > 0 {
+			l.TTLMillis = req.TTLMillis
+		}
+		l.ExpiresAt = tx.Now().Add(time.Duration(l.TTLMillis) * time.Millisecond)
+		if err := journal.UpdateLease(tx, l); err != nil {
+			return nil, err
+		}
+		return l, event(tx, ci, l.Event(journal.EventLeaseRenewed), map[string]any{"expires_at": l.ExpiresAt})
+	})
+	return l, err
+}
+
+func staleToken(attemptID string, got, want uint64) error {
+	return fmt.Errorf("attempt %s: lease token %d is stale (current %d): %w", attemptID, got, want, journal.ErrStaleGeneration)
+}
+
+// ExpireLeases fails every attempt whose lease has expired, frees the lease
+// and cleans the delta. esfd runs it periodically; tests call it directly
+// with a controlled clock.
+func (f *Fabric) ExpireLeases(ctx context.Context) (int, error) {
+	var expired []string
+	now := f.now()
+	err := f.journal.View(ctx, func(r journal.Reader) error {
+		return journal.ExpiredLeases(r, now, func(id string) error {
+			expired = append(expired, id)
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, lid := range expired {
+		var attemptID string
+		err := f.journal.Update(ctx, func(tx journal.Tx) error {
+			l, err := journal.GetLease(tx, lid)
+			if err != nil {
+				if isNotFound(err) {
+					return nil // released meanwhile
+				}
+				return err
+			}
+			if !l.Expired(tx.Now()) {
+				return nil // renewed meanwhile
+			}
+			attemptID = l.AttemptID
+			return releaseInTx(tx, f.callInfo(ctx), l.AttemptID, journal.AttemptFailed, "lease expired")
+		})
+		if err != nil {
+			return n, err
+		}
+		if attemptID != "" {
+			n++
+			a, err := f.attemptView(ctx, attemptID)
+			if err == nil {
+				err = f.removeDelta(a.Attempt, nil)
+			}
+			if err != nil {
+				f.log.Error("clean expired attempt", "attempt_id", attemptID, "err", err)
+			}
+		}
+	}
+	return n, nil
+}
+
+// RetryRequest starts a new attempt where a failed one ended.
+type RetryRequest struct {
+	AttemptID string `json:"attempt_id"`
+	TTLMillis int64  `json:"ttl_ms,omitempty"`
+}
+
+// Retry activates the failed attempt's node again as a new attempt that
+// records RetryOf; the failed record is never rewritten.
+func (f *Fabric) Retry(ctx context.Context, req RetryRequest) (AttemptView, error) {
+	prev, err := f.attemptView(ctx, req.AttemptID)
+	if err != nil {
+		return AttemptView{}, fmt.Errorf("retry: %w", err)
+	}
+	return f.activate(ctx, OpRetry, ActivateRequest{NodeID: prev.NodeID, Executor: prev.Executor,
+		TTLMillis: req.TTLMillis, RetryOf: prev.AttemptID})
+}
+
+// checkMountDir accepts an existing empty directory for a writable root.
+func checkMountDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Lstat(abs)
+	if err != nil {
+		return "", fmt.Errorf("mount dir %s: %w", abs, errors.Join(err, journal.ErrNotFound))
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("mount dir %s is not a directory: %w", abs, journal.ErrInvalidArgument)
+	}
+	if delta.Mounted(abs) {
+		return "", fmt.Errorf("mount dir %s is busy (something is mounted there): %w", abs, journal.ErrFailedPrecondition)
+	}
+	ents, err := os.ReadDir(abs)
+	if err != nil {
+		return "", err
+	}
+	if len(ents) > 0 {
+		return "", fmt.Errorf("mount dir %s is not empty: %w", abs, journal.ErrFailedPrecondition)
+	}
+	return abs, nil
+}

@@ -1,0 +1,382 @@
+package fabric
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/journal"
+)
+
+func requireMounts(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("attempts mount FUSE and overlayfs: needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+}
+
+// openGraph opens a fabric whose teardown releases every attempt and stops
+// the projection, so no mount outlives the test.
+func openGraph(t *testing.T) *Fabric {
+	t.Helper()
+	f, err := Open(context.Background(), Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.StopAll(context.Background()); err != nil {
+			t.Errorf("StopAll: %v", err)
+		}
+		f.Close()
+	})
+	return f
+}
+
+// withKey gives ctx an idempotency key.
+func withKey(key string) context.Context {
+	return WithCallInfo(context.Background(), CallInfo{IdempotencyKey: key})
+}
+
+func newGroup(t *testing.T, f *Fabric, files map[string]string) CreateGroupResult {
+	t.Helper()
+	src := t.TempDir()
+	for p, c := range files {
+		full := filepath.Join(src, p)
+		os.MkdirAll(filepath.Dir(full), 0o755)
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := f.Import(context.Background(), ImportSource{Path: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := f.CreateGroup(context.Background(), CreateGroupRequest{RootID: res.Root.String(), Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestGraphBasics(t *testing.T) {
+	f := openGraph(t)
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	if g.Group.Generation != 1 || g.Group.CanonicalNodeID != g.Node.NodeID || g.Node.Status != journal.NodeSealed {
+		t.Fatalf("new group: %+v", g)
+	}
+	kids, err := f.Fork(ctx, ForkRequest{NodeID: g.Node.NodeID, N: 3, LogicalState: []byte(`{"depth":1}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kids.Nodes) != 3 || kids.Nodes[0].Status != journal.NodeDraft || kids.Nodes[0].RootID != g.Node.RootID {
+		t.Fatalf("fork: %+v", kids)
+	}
+	// Forking a draft is a failed precondition; an unknown node is not found.
+	if _, err := f.Fork(ctx, ForkRequest{NodeID: kids.Nodes[0].NodeID}); !errors.Is(err, journal.ErrFailedPrecondition) {
+		t.Errorf("fork of a draft: %v", err)
+	}
+	if _, err := f.Fork(ctx, ForkRequest{NodeID: "node_00000000000000000000000000"}); !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("fork of unknown node: %v", err)
+	}
+	ins, err := f.Inspect(ctx, kids.Nodes[1].NodeID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ins.Node == nil || len(ins.Node.Ancestry) != 1 || ins.Node.Ancestry[0] != g.Node.NodeID {
+		t.Fatalf("inspect: %+v", ins)
+	}
+	tree, err := f.Tree(ctx, g.Group.GroupID)
+	if err != nil || len(tree.Nodes) != 4 {
+		t.Fatalf("tree: %d nodes, %v", len(tree.Nodes), err)
+	}
+	// A replay of a key returns the first result; another request under
+	// the same key is a conflict.
+	r1, err := f.Fork(withKey("k1"), ForkRequest{NodeID: g.Node.NodeID, N: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := f.Fork(withKey("k1"), ForkRequest{NodeID: g.Node.NodeID, N: 2})
+	if err != nil || fmt.Sprint(r1) != fmt.Sprint(r2) {
+		t.Fatalf("replay differs: %v", err)
+	}
+	if _, err := f.Fork(withKey("k1"), ForkRequest{NodeID: g.Node.NodeID, N: 3}); !errors.Is(err, journal.ErrConflict) {
+		t.Fatalf("reused key: %v", err)
+	}
+	// Prune a subtree; the canonical node cannot be pruned.
+	if _, err := f.Prune(ctx, PruneRequest{NodeID: g.Node.NodeID}); !errors.Is(err, journal.ErrFailedPrecondition) {
+		t.Errorf("prune canonical: %v", err)
+	}
+	p, err := f.Prune(ctx, PruneRequest{NodeID: kids.Nodes[2].NodeID})
+	if err != nil || len(p.Pruned) != 1 {
+		t.Fatalf("prune: %+v %v", p, err)
+	}
+}
+
+// TestFR01_ForkCopiesNoPayload: forking 1000 children of a node writes no
+// content objects, and activating one adds only an empty upper directory.
+func TestFR01_ForkCopiesNoPayload(t *testing.T) {
+	requireMounts(t)
+	f := openGraph(t)
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{"big": string(make([]byte, 1<<20)), "d/small": "x"})
+	before, err := f.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids, err := f.Fork(ctx, ForkRequest{NodeID: g.Node.NodeID, N: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := f.Status(ctx)
+	if after.Objects != before.Objects || after.Bytes != before.Bytes {
+		t.Fatalf("fork of 1000 wrote %d objects, %d bytes", after.Objects-before.Objects, after.Bytes-before.Bytes)
+	}
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: kids.Nodes[999].NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(a.Root, "big")); err != nil || len(b) != 1<<20 {
+		t.Fatalf("read through attempt root: %d bytes, %v", len(b), err)
+	}
+	ents, err := os.ReadDir(filepath.Join(a.Runtime.PrivateDelta, "upper"))
+	if err != nil || len(ents) != 0 {
+		t.Fatalf("upper dir after activate+read: %d entries, %v", len(ents), err)
+	}
+	final, _ := f.Status(ctx)
+	if final.Objects != before.Objects {
+		t.Fatalf("activate wrote %d objects", final.Objects-before.Objects)
+	}
+}
+
+// TestFR02_SiblingAttemptsIsolated: writes, deletes and renames in one
+// attempt are invisible in its sibling, before and after the first one's
+// seal; a new attempt on the sealed child sees them.
+func TestFR02_SiblingAttemptsIsolated(t *testing.T) {
+	requireMounts(t)
+	f := openGraph(t)
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{"keep": "base", "gone": "base", "d/mv": "base"})
+	one, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(one.Root, "keep"), []byte("one"), 0o644))
+	must(os.WriteFile(filepath.Join(one.Root, "new"), []byte("one"), 0o644))
+	must(os.Remove(filepath.Join(one.Root, "gone")))
+	must(os.Rename(filepath.Join(one.Root, "d/mv"), filepath.Join(one.Root, "moved")))
+	must(os.WriteFile(filepath.Join(two.Root, "keep"), []byte("two"), 0o644))
+
+	checkTwo := func(when string) {
+		t.Helper()
+		if b, _ := os.ReadFile(filepath.Join(two.Root, "keep")); string(b) != "two" {
+			t.Errorf("%s: sibling reads keep = %q", when, b)
+		}
+		for _, p := range []string{"new", "moved"} {
+			if _, err := os.Lstat(filepath.Join(two.Root, p)); !os.IsNotExist(err) {
+				t.Errorf("%s: sibling sees %s", when, p)
+			}
+		}
+		for _, p := range []string{"gone", "d/mv"} {
+			if _, err := os.Lstat(filepath.Join(two.Root, p)); err != nil {
+				t.Errorf("%s: sibling lost %s: %v", when, p, err)
+			}
+		}
+	}
+	checkTwo("before seal")
+	sealed, err := f.Suspend(ctx, SuspendRequest{AttemptID: one.AttemptID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sealed.Attempt.State != journal.AttemptReleased || sealed.Node.Status != journal.NodeSealed {
+		t.Fatalf("after suspend: attempt %s node %s", sealed.Attempt.State, sealed.Node.Status)
+	}
+	checkTwo("after seal")
+	three, err := f.Activate(ctx, ActivateRequest{NodeID: sealed.Node.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(three.Root, "keep")); string(b) != "one" {
+		t.Errorf("attempt on sealed child reads keep = %q", b)
+	}
+	for p, want := range map[string]bool{"new": true, "moved": true, "gone": false, "d/mv": false} {
+		_, err := os.Lstat(filepath.Join(three.Root, p))
+		if (err == nil) != want {
+			t.Errorf("attempt on sealed child: %s exists = %v, want %v", p, err == nil, want)
+		}
+	}
+}
+
+// TestSealReproducesAttemptRoot: after every kind of change, the export of
+// the sealed node equals the attempt root as seen just before the seal.
+func TestSealReproducesAttemptRoot(t *testing.T) {
+	requireMounts(t)
+	f := openGraph(t)
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{
+		"mod": "base", "del": "x", "chmod": "same", "dir/a": "1", "dir/b": "2",
+		"rmrf/x/y": "deep", "rmrf/z": "z", "ren/src": "r", "linkme": "L", "xa": "x",
+	})
+	kid, err := f.Fork(ctx, ForkRequest{NodeID: g.Node.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: kid.Nodes[0].NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := a.Root
+	steps := []func() error{
+		func() error { return os.WriteFile(filepath.Join(r, "mod"), []byte("changed"), 0o644) },
+		func() error { return os.Remove(filepath.Join(r, "del")) },
+		func() error { return os.Chmod(filepath.Join(r, "chmod"), 0o4711) },
+		func() error { return os.WriteFile(filepath.Join(r, "dir/c"), []byte("3"), 0o600) },
+		func() error { return os.RemoveAll(filepath.Join(r, "rmrf")) },
+		func() error { return os.MkdirAll(filepath.Join(r, "rmrf/fresh"), 0o750) },
+		func() error { return os.Rename(filepath.Join(r, "ren/src"), filepath.Join(r, "renamed")) },
+		func() error { return os.MkdirAll(filepath.Join(r, "newdir/sub"), 0o755) },
+		func() error { return os.Rename(filepath.Join(r, "newdir"), filepath.Join(r, "newdir2")) },
+		func() error {
+			// A directory of the lower layer does not rename (EXDEV, see
+			// package delta); mv copies it instead.
+			err := os.Rename(filepath.Join(r, "dir"), filepath.Join(r, "dir-renamed"))
+			if !errors.Is(err, syscall.EXDEV) {
+				return fmt.Errorf("rename of a lower directory: %v, want EXDEV", err)
+			}
+			return nil
+		},
+		func() error { return os.Symlink("/etc/passwd", filepath.Join(r, "sym")) },
+		func() error { return os.Symlink("mod", filepath.Join(r, "sym2")) },
+		func() error { return os.Remove(filepath.Join(r, "sym2")) },
+		func() error { return os.Symlink("chmod", filepath.Join(r, "sym2")) },
+		// Hard links between files of the upper layer. (A link to a copied-up
+		// lower file is one inode in the upper dir, and seals as one link
+		// group, but overlayfs with index=off shows the two names with
+		// different inode numbers, so the view cannot be compared.)
+		func() error { return os.WriteFile(filepath.Join(r, "fresh"), []byte("F"), 0o644) },
+		func() error { return os.Link(filepath.Join(r, "fresh"), filepath.Join(r, "dir/hard")) },
+		func() error { return unix.Lsetxattr(filepath.Join(r, "xa"), "user.k", []byte("v"), 0) },
+		func() error { return syscall.Mkfifo(filepath.Join(r, "fifo"), 0o640) },
+		func() error { return os.Chmod(filepath.Join(r, "dir"), 0o700) },
+	}
+	for i, s := range steps {
+		if err := s(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	sealed, err := f.Suspend(ctx, SuspendRequest{AttemptID: a.AttemptID, KeepRunning: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sealed.Attempt.State != journal.AttemptActive || sealed.Node.NodeID != kid.Nodes[0].NodeID {
+		t.Fatalf("keep-running seal of a draft: attempt %s, node %s (draft %s)", sealed.Attempt.State, sealed.Node.NodeID, kid.Nodes[0].NodeID)
+	}
+	out := filepath.Join(t.TempDir(), "export")
+	if _, _, err := f.ExportDir(ctx, sealed.Node.RootID, out); err != nil {
+		t.Fatal(err)
+	}
+	compareTrees(t, r, out)
+	buf := make([]byte, 8)
+	if n, err := unix.Lgetxattr(filepath.Join(out, "xa"), "user.k", buf); err != nil || string(buf[:n]) != "v" {
+		t.Errorf("xattr after seal: %q, %v", buf[:n], err)
+	}
+	// The attempt keeps running: a second seal is a child of the first.
+	if err := os.WriteFile(filepath.Join(r, "later"), []byte("2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second, err := f.Suspend(ctx, SuspendRequest{AttemptID: a.AttemptID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(second.Node.Parents) != 1 || second.Node.Parents[0] != sealed.Node.NodeID {
+		t.Fatalf("second seal parents %v, want [%s]", second.Node.Parents, sealed.Node.NodeID)
+	}
+	if second.Attempt.State != journal.AttemptReleased {
+		t.Fatalf("attempt after final seal: %s", second.Attempt.State)
+	}
+	if _, err := os.Stat(f.attemptDir(a.AttemptID)); !os.IsNotExist(err) {
+		t.Fatalf("delta left after release: %v", err)
+	}
+}
+
+// TestFR04_ConcurrentPromotes: of 64 promotes from the same generation
+// exactly one wins; the rest are stale.
+func TestFR04_ConcurrentPromotes(t *testing.T) {
+	f := openGraph(t)
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins, stale := 0, 0
+	for range 64 {
+		wg.Go(func() {
+			_, err := f.Promote(ctx, PromoteRequest{GroupID: g.Group.GroupID, NodeID: g.Node.NodeID, ExpectedGeneration: 1})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, journal.ErrStaleGeneration):
+				stale++
+			default:
+				t.Errorf("promote: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if wins != 1 || stale != 63 {
+		t.Fatalf("%d promotes won, %d stale; want 1 and 63", wins, stale)
+	}
+	ins, _ := f.Inspect(ctx, g.Group.GroupID)
+	if ins.Group.Generation != 2 {
+		t.Fatalf("generation %d, want 2", ins.Group.Generation)
+	}
+}
+
+// TestFR05_BackpropExactlyOnce: 1000 replays of one evaluate-with-backprop
+// key leave visits and value as after the first; a different request with
+// that key is a conflict.
+func TestFR05_BackpropExactlyOnce(t *testing.T) {
+	f := openGraph(t)
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	ctx := withKey("eval-1")
+	req := EvaluateRequest{Target: g.Node.NodeID, Evaluator: "tests@1.0", Reward: 0.5, Verdict: "pass", Backprop: true}
+	first, err := f.Evaluate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 1000 {
+		again, err := f.Evaluate(ctx, req)
+		if err != nil || again.EvaluationID != first.EvaluationID {
+			t.Fatalf("replay: %v, %s", err, again.EvaluationID)
+		}
+	}
+	ins, _ := f.Inspect(context.Background(), g.Node.NodeID)
+	if ins.Node.Visits != 1 || ins.Node.Value != 0.5 || len(ins.Node.Evaluations) != 1 {
+		t.Fatalf("after 1001 deliveries: visits %d value %v evaluations %d", ins.Node.Visits, ins.Node.Value, len(ins.Node.Evaluations))
+	}
+	req.Reward = 1
+	if _, err := f.Evaluate(ctx, req); !errors.Is(err, journal.ErrConflict) {
+		t.Fatalf("different request, same key: %v", err)
+	}
+}

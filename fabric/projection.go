@@ -1,0 +1,116 @@
+package fabric
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/fusefs"
+	"github.com/esf-dev/esf/journal"
+)
+
+// projection is the one FUSE mount at <state>/mnt that shows every root.
+// esfd runs it as a child process (the same binary, `esfd fuse-server`) so
+// it survives a daemon restart and never shares a process with executors;
+// with no command (tests) it is served in-process.
+type projection struct {
+	mnt     string
+	command []string
+	store   cas.Getter
+	log     *slog.Logger
+	logFile string
+	pidFile string
+
+	mu     sync.Mutex
+	proc   *fusefs.Process
+	inproc *fuse.Server
+}
+
+// RootPath is where root id shows in the projection.
+func (p *projection) RootPath(rootID string) string {
+	return filepath.Join(p.mnt, "roots", rootID)
+}
+
+// Ensure starts (or adopts) the projection server if it is not serving.
+func (p *projection) Ensure(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inproc != nil || p.proc != nil && p.proc.Alive() {
+		return nil
+	}
+	if len(p.command) == 0 {
+		if err := os.MkdirAll(p.mnt, 0o755); err != nil {
+			return err
+		}
+		fsys, err := fusefs.New(fusefs.Options{Store: p.store, Logger: p.log})
+		if err != nil {
+			return err
+		}
+		srv, err := fusefs.Mount(p.mnt, fsys)
+		if err != nil {
+			return err
+		}
+		p.inproc = srv
+		return nil
+	}
+	proc, err := fusefs.EnsureServer(ctx, fusefs.StartOptions{
+		Command: p.command, Mount: p.mnt, PidFile: p.pidFile, LogFile: p.logFile,
+	})
+	if err != nil {
+		return fmt.Errorf("projection: %w", err)
+	}
+	p.proc = proc
+	return nil
+}
+
+// Stop unmounts the projection; it fails while attempts still stack on it.
+func (p *projection) Stop() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inproc != nil {
+		if err := p.inproc.Unmount(); err != nil {
+			return fmt.Errorf("unmount projection: %w", err)
+		}
+		p.inproc = nil
+		return nil
+	}
+	if p.proc == nil {
+		// Not started by us this time; a server from an earlier run may
+		// still be there.
+		p.proc = &fusefs.Process{Mount: p.mnt}
+	}
+	if err := p.proc.Stop(); err != nil {
+		return err
+	}
+	p.proc = nil
+	return nil
+}
+
+// rtData is what an attempt's runtime record keeps beside the paths.
+type rtData struct {
+	// BaseRootID is the root mounted as the overlay's lower layer: the
+	// tree that seal compares the upper directory against.
+	BaseRootID string `json:"base_root_id"`
+}
+
+func (d rtData) json() json.RawMessage {
+	b, _ := json.Marshal(d)
+	return b
+}
+
+// baseRoot is the lower root of an attempt: recorded at mount time, or the
+// node's root for an attempt not mounted yet.
+func baseRoot(a journal.Attempt, n journal.Node, rt journal.AttemptRuntime) string {
+	var d rtData
+	if len(rt.Data) > 0 && json.Unmarshal(rt.Data, &d) == nil && d.BaseRootID != "" {
+		return d.BaseRootID
+	}
+	return n.RootID
+}

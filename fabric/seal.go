@@ -1,0 +1,364 @@
+package fabric
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/ingest"
+	"github.com/esf-dev/esf/journal"
+	"github.com/esf-dev/esf/journal/failpoint"
+)
+
+// Seal boundaries for the crash harness, beside the generic ones of mutate
+// and the journal: after the attempt turned quiescing, and after the new
+// root's objects are stored but before the node is committed.
+var (
+	fpSealQuiesced = failpoint.Declare("fabric.suspend.after-quiesce")
+	fpSealWritten  = failpoint.Declare("fabric.suspend.after-write-trees")
+	fpSealReleased = failpoint.Declare("fabric.suspend.before-release")
+)
+
+// SuspendRequest seals an attempt's delta into a node.
+type SuspendRequest struct {
+	AttemptID string `json:"attempt_id"`
+	// LogicalState of the sealed node; the attempt node's when absent.
+	LogicalState json.RawMessage `json:"logical_state,omitempty"`
+	// KeepRunning seals a checkpoint and leaves the attempt active; its
+	// next seal becomes a child of this one.
+	KeepRunning bool `json:"keep_running,omitempty"`
+	// Token, if set, must be the attempt's current lease token.
+	Token uint64 `json:"token,omitempty"`
+}
+
+// SuspendResult is the sealed node and the attempt after the seal.
+type SuspendResult struct {
+	Node    journal.Node `json:"node"`
+	Attempt AttemptView  `json:"attempt"`
+}
+
+// Suspend quiesces an attempt, seals its upper directory over its base
+// root (reading only the delta and writing trees only along changed paths)
+// and publishes root, logical state, provenance and the attempt's result in
+// one journal batch (FR-03). A draft node becomes sealed with the new root;
+// a sealed one gets a new sealed child. Then the attempt is released, unless
+// KeepRunning.
+func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult, error) {
+	var res SuspendResult
+	if err := journal.CheckID(journal.KindAttempt, req.AttemptID); err != nil {
+		return res, fmt.Errorf("suspend: %w", err)
+	}
+	if err := checkJSON("logical_state", req.LogicalState); err != nil {
+		return res, err
+	}
+	ci := f.callInfo(ctx)
+	ctx = WithCallInfo(ctx, ci) // one key for the whole operation
+	// A replay returns the first result without sealing again.
+	var prev []byte
+	err := f.journal.View(ctx, func(r journal.Reader) error {
+		b, found, err := journal.CheckIdempotency(r, ci.IdempotencyKey, OpSuspend, req)
+		if found {
+			prev = b
+		}
+		return err
+	})
+	if err != nil {
+		return res, fmt.Errorf("suspend: %w", err)
+	}
+	if prev != nil {
+		if err := json.Unmarshal(prev, &res); err != nil {
+			return res, err
+		}
+		return res, f.finishSuspend(ctx, &res, req.KeepRunning)
+	}
+
+	a, err := f.attemptView(ctx, req.AttemptID)
+	if err != nil {
+		return res, fmt.Errorf("suspend: %w", err)
+	}
+	if a.Lease != nil && req.Token != 0 && req.Token != a.Lease.Token {
+		return res, staleToken(a.AttemptID, req.Token, a.Lease.Token)
+	}
+	if a.State != journal.AttemptActive || a.Runtime == nil {
+		return res, fmt.Errorf("suspend: attempt %s is %s: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
+	}
+	var base string
+	if err := f.journal.View(ctx, func(r journal.Reader) error {
+		n, err := journal.GetNode(r, a.NodeID)
+		base = baseRoot(a.Attempt, n, *a.Runtime)
+		return err
+	}); err != nil {
+		return res, err
+	}
+	baseID, err := cas.ParseID(base)
+	if err != nil {
+		return res, err
+	}
+
+	// Quiesce: the attempt stops being active before anything is read.
+	if err := f.setAttemptState(ctx, ci, a.AttemptID, journal.AttemptActive, journal.AttemptQuiescing); err != nil {
+		return res, fmt.Errorf("suspend: %w", err)
+	}
+	if err := failpoint.Inject(fpSealQuiesced); err != nil {
+		return res, err
+	}
+	start := time.Now()
+	sealed, err := ingest.Upper(ctx, f.store, baseID, delta.Layout{Dir: a.Runtime.PrivateDelta}.Upper(), ingest.Options{Logger: f.log})
+	if err == nil {
+		err = failpoint.Inject(fpSealWritten)
+	}
+	if err == nil {
+		err = f.mutate(ctx, OpSuspend, req, &res, func(tx journal.Tx, ci CallInfo) (any, error) {
+			return commitSeal(tx, ci, f.ids, req, sealed.Root.String())
+		})
+	}
+	if err != nil {
+		// Nothing was published: the attempt goes back to active with its
+		// delta intact, so the caller can retry the seal.
+		if rerr := f.setAttemptState(context.WithoutCancel(ctx), ci, a.AttemptID, journal.AttemptQuiescing, journal.AttemptActive); rerr != nil {
+			f.log.Error("roll back quiesce", "attempt_id", a.AttemptID, "err", rerr)
+		}
+		return SuspendResult{}, fmt.Errorf("suspend: %w", err)
+	}
+	f.log.Info("sealed", "attempt_id", a.AttemptID, "node_id", res.Node.NodeID, "root_id", res.Node.RootID,
+		"files", sealed.Files, "new_objects", sealed.NewObjects, "ms", time.Since(start).Milliseconds())
+	return res, f.finishSuspend(ctx, &res, req.KeepRunning)
+}
+
+// commitSeal publishes a seal: the node (a draft sealed in place, or a new
+// child) and the attempt's new state, in the caller's transaction.
+func commitSeal(tx journal.Tx, ci CallInfo, ids *journal.IDGen, req SuspendRequest, root string) (SuspendResult, error) {
+	a, err := journal.GetAttempt(tx, req.AttemptID)
+	if err != nil {
+		return SuspendResult{}, err
+	}
+	if a.State != journal.AttemptQuiescing {
+		return SuspendResult{}, fmt.Errorf("attempt %s is %s, not quiescing: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
+	}
+	n, err := journal.GetNode(tx, a.NodeID)
+	if err != nil {
+		return SuspendResult{}, err
+	}
+	state := req.LogicalState
+	if state == nil {
+		state = n.LogicalState
+	}
+	prov := journal.Provenance{Op: "seal", AttemptID: a.AttemptID, Executor: a.Executor,
+		IdempotencyKey: ci.IdempotencyKey, TraceID: ci.TraceID}
+	var out journal.Node
+	if n.Status == journal.NodeDraft && a.ResultNodeID == "" {
+		from := n.Status
+		n.RootID, n.LogicalState, n.Provenance = root, state, prov
+		if err := n.Transition(journal.NodeSealed); err != nil {
+			return SuspendResult{}, err
+		}
+		if err := journal.UpdateNode(tx, n); err != nil {
+			return SuspendResult{}, err
+		}
+		if err := event(tx, ci, n.Event(journal.EventNodeState), map[string]any{"from": from, "to": n.Status, "attempt_id": a.AttemptID}); err != nil {
+			return SuspendResult{}, err
+		}
+		out = n
+	} else {
+		parent := a.NodeID
+		if a.ResultNodeID != "" {
+			parent = a.ResultNodeID
+		}
+		p, err := journal.GetNode(tx, parent)
+		if err != nil {
+			return SuspendResult{}, err
+		}
+		if p.Status == journal.NodeDraft {
+			return SuspendResult{}, fmt.Errorf("parent %s is still a draft: %w", parent, journal.ErrFailedPrecondition)
+		}
+		id, err := ids.New(journal.KindNode)
+		if err != nil {
+			return SuspendResult{}, err
+		}
+		out = journal.Node{NodeID: id, GroupID: a.GroupID, Parents: []string{parent}, RootID: root,
+			LogicalState: state, Status: journal.NodeSealed, Provenance: prov, CreatedAt: tx.Now()}
+		if err := journal.CreateNode(tx, out); err != nil {
+			return SuspendResult{}, err
+		}
+		ev := out.Event("node.sealed")
+		ev.AttemptID = a.AttemptID
+		if err := event(tx, ci, ev, map[string]any{"parent": parent}); err != nil {
+			return SuspendResult{}, err
+		}
+	}
+	from := a.State
+	to := journal.AttemptSealed
+	if req.KeepRunning {
+		to = journal.AttemptActive
+	}
+	if err := a.Transition(to); err != nil {
+		return SuspendResult{}, err
+	}
+	a.ResultNodeID = out.NodeID
+	if err := journal.UpdateAttempt(tx, a); err != nil {
+		return SuspendResult{}, err
+	}
+	ev := a.Event(journal.EventAttemptState)
+	ev.RootID = root
+	if err := event(tx, ci, ev, map[string]any{"from": from, "to": to, "result_node_id": out.NodeID}); err != nil {
+		return SuspendResult{}, err
+	}
+	return SuspendResult{Node: out, Attempt: AttemptView{Attempt: a}}, nil
+}
+
+// finishSuspend releases a sealed attempt (unless it keeps running) and
+// refreshes the attempt view in res. It is idempotent: a replay or a
+// recovery after a crash completes what the first run left.
+func (f *Fabric) finishSuspend(ctx context.Context, res *SuspendResult, keepRunning bool) error {
+	if !keepRunning {
+		if err := failpoint.Inject(fpSealReleased); err != nil {
+			return err
+		}
+		if err := f.releaseSealed(ctx, res.Attempt.AttemptID); err != nil {
+			return fmt.Errorf("suspend: release: %w", err)
+		}
+	}
+	v, err := f.attemptView(ctx, res.Attempt.AttemptID)
+	if err != nil {
+		return err
+	}
+	res.Attempt = v
+	return nil
+}
+
+// releaseSealed unmounts a sealed attempt and marks it released.
+func (f *Fabric) releaseSealed(ctx context.Context, attemptID string) error {
+	a, err := f.attemptView(ctx, attemptID)
+	if err != nil {
+		return err
+	}
+	if a.State != journal.AttemptSealed {
+		return nil
+	}
+	if err := f.removeDelta(a.Attempt, a.Runtime); err != nil {
+		return err
+	}
+	return f.journal.Update(ctx, func(tx journal.Tx) error {
+		return releaseInTx(tx, f.callInfo(ctx), attemptID, journal.AttemptReleased, "")
+	})
+}
+
+// setAttemptState moves an attempt from one state to another, failing with
+// ErrFailedPrecondition if it is not in from.
+func (f *Fabric) setAttemptState(ctx context.Context, ci CallInfo, attemptID string, from, to journal.AttemptState) error {
+	return f.journal.Update(ctx, func(tx journal.Tx) error {
+		a, err := journal.GetAttempt(tx, attemptID)
+		if err != nil {
+			return err
+		}
+		if a.State != from {
+			return fmt.Errorf("attempt %s is %s, not %s: %w", attemptID, a.State, from, journal.ErrFailedPrecondition)
+		}
+		if err := a.Transition(to); err != nil {
+			return err
+		}
+		if err := journal.UpdateAttempt(tx, a); err != nil {
+			return err
+		}
+		return event(tx, ci, a.Event(journal.EventAttemptState), map[string]any{"from": from, "to": to})
+	})
+}
+
+// Recover reconciles live attempts with what is mounted, after a start:
+// an active attempt whose root is mounted is adopted, one whose delta
+// survives is mounted again, one whose delta is gone fails; a seal cut
+// before its commit (quiescing) goes back to active with its delta; a seal
+// committed but not released is released.
+func (f *Fabric) Recover(ctx context.Context) error {
+	var live []string
+	err := f.journal.View(ctx, func(r journal.Reader) error {
+		return journal.ExpiredLeases(r, time.Unix(1<<40, 0), func(lid string) error {
+			l, err := journal.GetLease(r, lid)
+			if err != nil {
+				return err
+			}
+			live = append(live, l.AttemptID)
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	ci := f.callInfo(ctx)
+	var errs []error
+	for _, id := range live {
+		a, err := f.attemptView(ctx, id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		switch a.State {
+		case journal.AttemptQuiescing:
+			err = f.setAttemptState(ctx, ci, id, journal.AttemptQuiescing, journal.AttemptActive)
+			if err == nil {
+				a.State = journal.AttemptActive
+			}
+		case journal.AttemptSealed:
+			err = f.releaseSealed(ctx, id)
+		}
+		if err == nil && a.State == journal.AttemptActive {
+			if _, serr := os.Stat(delta.Layout{Dir: f.attemptDir(id) + "/delta"}.Upper()); serr != nil {
+				f.failAttempt(ctx, id, errors.New("delta lost"))
+				continue
+			}
+			root := ""
+			if a.Runtime != nil {
+				root = a.Runtime.Mount
+			}
+			if err = f.ensureMounted(ctx, a.Attempt, root); err != nil {
+				f.failAttempt(ctx, id, err)
+				err = nil
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("recover attempt %s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// StopAll releases every live attempt and stops the projection: a full
+// teardown for tests and for `esfd --stop-all`. Close alone leaves both
+// running for the next daemon to adopt.
+func (f *Fabric) StopAll(ctx context.Context) error {
+	var live []string
+	err := f.journal.View(ctx, func(r journal.Reader) error {
+		return journal.ExpiredLeases(r, time.Unix(1<<40, 0), func(lid string) error {
+			l, err := journal.GetLease(r, lid)
+			if err == nil {
+				live = append(live, l.AttemptID)
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range live {
+		a, err := f.attemptView(ctx, id)
+		if err == nil && a.State == journal.AttemptQuiescing {
+			err = f.setAttemptState(ctx, f.callInfo(ctx), id, journal.AttemptQuiescing, journal.AttemptActive)
+		}
+		if err == nil {
+			_, err = f.Release(ctx, ReleaseRequest{AttemptID: id})
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := f.projection.Stop(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
