@@ -380,3 +380,45 @@ func TestFR05_BackpropExactlyOnce(t *testing.T) {
 		t.Fatalf("different request, same key: %v", err)
 	}
 }
+
+func TestMountReadOnlyAndRW(t *testing.T) {
+	requireMounts(t)
+	f := openGraph(t)
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	ro, rw, busy := t.TempDir(), t.TempDir(), t.TempDir()
+	if _, err := f.Mount(ctx, MountRequest{NodeID: g.Node.NodeID, Dir: ro}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ro, "a")); err != nil || string(b) != "1" {
+		t.Fatalf("read-only mount: %q %v", b, err)
+	}
+	if err := os.WriteFile(filepath.Join(ro, "b"), nil, 0o644); err == nil {
+		t.Fatal("read-only mount is writable")
+	}
+	m, err := f.Mount(ctx, MountRequest{NodeID: g.Node.NodeID, Dir: rw, RW: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rw, "b"), []byte("2"), 0o644); err != nil {
+		t.Fatalf("rw mount: %v", err)
+	}
+	// A busy or non-empty directory is refused with a clear error.
+	if _, err := f.Mount(ctx, MountRequest{NodeID: g.Node.NodeID, Dir: ro}); !errors.Is(err, journal.ErrFailedPrecondition) {
+		t.Errorf("mount on a busy dir: %v", err)
+	}
+	os.WriteFile(filepath.Join(busy, "x"), nil, 0o644)
+	if _, err := f.Mount(ctx, MountRequest{NodeID: g.Node.NodeID, Dir: busy}); !errors.Is(err, journal.ErrFailedPrecondition) {
+		t.Errorf("mount on a non-empty dir: %v", err)
+	}
+	u, err := f.Umount(ctx, UmountRequest{Dir: rw})
+	if err != nil || u.Attempt == nil || u.Attempt.AttemptID != m.Attempt.AttemptID || u.Attempt.State != journal.AttemptReleased {
+		t.Fatalf("umount rw: %+v %v", u, err)
+	}
+	if _, err := f.Umount(ctx, UmountRequest{Dir: ro}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Umount(ctx, UmountRequest{Dir: ro}); !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("umount of nothing: %v", err)
+	}
+}

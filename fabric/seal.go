@@ -10,6 +10,7 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/fusefs"
 	"github.com/esf-dev/esf/ingest"
 	"github.com/esf-dev/esf/journal"
 	"github.com/esf-dev/esf/journal/failpoint"
@@ -354,6 +355,12 @@ func (f *Fabric) StopAll(ctx context.Context) error {
 			_, err = f.Release(ctx, ReleaseRequest{AttemptID: id})
 		}
 		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Read-only binds of projected roots keep the projection busy.
+	for _, dir := range fusefs.Binds(f.projection.mnt) {
+		if err := delta.Unmount(dir); err != nil {
 			errs = append(errs, err)
 		}
 	}

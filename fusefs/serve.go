@@ -201,6 +201,38 @@ func isZombie(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
 }
 
+// MountType returns the file system type mounted exactly at dir
+// ("fuse.esf" for the projection and its binds).
+func MountType(dir string) (string, bool) { return mountType(dir) }
+
+// Binds lists the mount points of binds of the projection mounted at mnt
+// (same device), other than mnt itself.
+func Binds(mnt string) []string {
+	abs, _ := filepath.Abs(mnt)
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(string(b), "\n")
+	dev := ""
+	for _, line := range lines {
+		if f := strings.Fields(line); len(f) > 4 && unescapeMount(f[4]) == abs {
+			dev = f[2]
+		}
+	}
+	if dev == "" {
+		return nil
+	}
+	var out []string
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[2] == dev && unescapeMount(f[4]) != abs {
+			out = append(out, unescapeMount(f[4]))
+		}
+	}
+	return out
+}
+
 // mountType returns the file system type mounted exactly at dir.
 func mountType(dir string) (string, bool) {
 	abs, err := filepath.Abs(dir)

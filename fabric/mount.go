@@ -1,0 +1,121 @@
+package fabric
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/fusefs"
+	"github.com/esf-dev/esf/journal"
+)
+
+// MountRequest shows a node at a directory.
+type MountRequest struct {
+	NodeID string `json:"node_id"`
+	Dir    string `json:"dir"`
+	// RW activates an attempt whose writable root is Dir; otherwise Dir
+	// becomes a read-only bind of the node's projected root.
+	RW bool `json:"rw,omitempty"`
+}
+
+// MountResult says what was mounted.
+type MountResult struct {
+	Dir     string       `json:"dir"`
+	RootID  string       `json:"root_id"`
+	Attempt *AttemptView `json:"attempt,omitempty"`
+}
+
+// Mount shows a node at req.Dir, which must be an existing empty
+// directory that nothing is mounted on.
+func (f *Fabric) Mount(ctx context.Context, req MountRequest) (MountResult, error) {
+	if err := journal.CheckID(journal.KindNode, req.NodeID); err != nil {
+		return MountResult{}, fmt.Errorf("mount: %w", err)
+	}
+	dir, err := checkMountDir(req.Dir)
+	if err != nil {
+		return MountResult{}, fmt.Errorf("mount: %w", err)
+	}
+	if req.RW {
+		a, err := f.Activate(ctx, ActivateRequest{NodeID: req.NodeID, Root: dir})
+		if err != nil {
+			return MountResult{}, err
+		}
+		return MountResult{Dir: dir, Attempt: &a}, nil
+	}
+	var n journal.Node
+	if err := f.journal.View(ctx, func(r journal.Reader) error {
+		var err error
+		n, err = journal.GetNode(r, req.NodeID)
+		return err
+	}); err != nil {
+		return MountResult{}, fmt.Errorf("mount: %w", err)
+	}
+	if n.Status == journal.NodePruned {
+		return MountResult{}, fmt.Errorf("mount: node %s is pruned: %w", n.NodeID, journal.ErrFailedPrecondition)
+	}
+	if err := f.projection.Ensure(ctx); err != nil {
+		return MountResult{}, err
+	}
+	src := f.projection.RootPath(n.RootID)
+	if err := unix.Mount(src, dir, "", unix.MS_BIND, ""); err != nil {
+		return MountResult{}, fmt.Errorf("mount: bind %s: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		return MountResult{}, fmt.Errorf("mount: read-only %s: %w", dir, err)
+	}
+	return MountResult{Dir: dir, RootID: n.RootID}, nil
+}
+
+// UmountRequest undoes a Mount.
+type UmountRequest struct {
+	Dir string `json:"dir"`
+}
+
+// Umount releases the attempt whose root is req.Dir, or removes the
+// read-only bind there.
+func (f *Fabric) Umount(ctx context.Context, req UmountRequest) (MountResult, error) {
+	dir, err := filepath.Abs(req.Dir)
+	if err != nil {
+		return MountResult{}, err
+	}
+	var attemptID string
+	err = f.journal.View(ctx, func(r journal.Reader) error {
+		return journal.ExpiredLeases(r, time.Unix(1<<40, 0), func(lid string) error {
+			l, err := journal.GetLease(r, lid)
+			if err != nil {
+				return err
+			}
+			rt, err := journal.GetAttemptRuntime(r, l.AttemptID)
+			if err == nil && rt.Mount == dir {
+				attemptID = l.AttemptID
+				return journal.ErrStop
+			}
+			if err != nil && !isNotFound(err) {
+				return err
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return MountResult{}, fmt.Errorf("umount: %w", err)
+	}
+	if attemptID != "" {
+		a, err := f.Release(ctx, ReleaseRequest{AttemptID: attemptID})
+		if err != nil {
+			return MountResult{}, err
+		}
+		return MountResult{Dir: dir, Attempt: &a}, nil
+	}
+	if fstype, ok := fusefs.MountType(dir); !ok || fstype != "fuse.esf" {
+		return MountResult{}, fmt.Errorf("umount: nothing of esf is mounted at %s: %w", dir, journal.ErrNotFound)
+	}
+	if err := delta.Unmount(dir); err != nil {
+		return MountResult{}, fmt.Errorf("umount: %w", err)
+	}
+	return MountResult{Dir: dir}, nil
+}
