@@ -13,8 +13,13 @@ func corruptError(id ID) error {
 // VerifyingReader wraps r, the claimed content of id, so that reaching EOF
 // with bytes that do not hash to id returns ErrCorrupt instead of io.EOF.
 // Stores use it to implement Get's contract.
+//
+// It also holds back the last byte until the whole object has verified: a
+// reader that returns its final bytes with a nil error (an *os.File does)
+// would otherwise hand out all of a corrupt object before the error, which
+// a stream (a tar export) cannot take back.
 func VerifyingReader(id ID, r io.ReadCloser) io.ReadCloser {
-	return &verifyingReader{id: id, r: r, h: NewHasher()}
+	return &holdLast{rc: &verifyingReader{id: id, r: r, h: NewHasher()}}
 }
 
 type verifyingReader struct {
@@ -46,3 +51,57 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 }
 
 func (v *verifyingReader) Close() error { return v.r.Close() }
+
+// holdLast passes rc through but releases the final byte only after rc
+// returned io.EOF; any other error keeps it back for good.
+type holdLast struct {
+	rc   io.ReadCloser
+	last byte  // the byte held back
+	has  bool  // last is set
+	err  error // sticky error of rc, io.EOF included
+	one  [1]byte
+}
+
+func (h *holdLast) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		if h.err != nil {
+			if h.err == io.EOF && h.has {
+				p[0], h.has = h.last, false
+				return 1, nil
+			}
+			return 0, h.err
+		}
+		switch {
+		case !h.has:
+			n, err := h.rc.Read(p)
+			h.err = err
+			if n > 0 {
+				h.last, h.has = p[n-1], true
+				if n > 1 {
+					return n - 1, nil
+				}
+			}
+		case len(p) == 1:
+			n, err := h.rc.Read(h.one[:])
+			h.err = err
+			if n == 1 {
+				p[0], h.last = h.last, h.one[0]
+				return 1, nil
+			}
+		default:
+			// p[0] takes the held byte; the new bytes land after it and
+			// the newest one is held back in its place.
+			n, err := h.rc.Read(p[1:])
+			h.err = err
+			if n > 0 {
+				p[0], h.last = h.last, p[n]
+				return n, nil
+			}
+		}
+	}
+}
+
+func (h *holdLast) Close() error { return h.rc.Close() }

@@ -293,7 +293,7 @@ func (f *Fabric) ExportTar(ctx context.Context, id string, w io.Writer) (cas.ID,
 	if err != nil {
 		return cas.ZeroID, export.Stats{}, fmt.Errorf("export: %w", err)
 	}
-	st, err := export.ToTar(ctx, holdLastGetter{f.store}, root, w, export.Options{Logger: f.log.With("op", "export")})
+	st, err := export.ToTar(ctx, f.store, root, w, export.Options{Logger: f.log.With("op", "export")})
 	if err != nil {
 		return root, st, err
 	}
@@ -312,79 +312,3 @@ func (f *Fabric) Fsck(ctx context.Context) (cas.FsckResult, error) {
 	f.log.Info("fsck done", "checked", res.Checked, "bytes", res.Bytes, "bad", len(res.Bad))
 	return res, nil
 }
-
-// holdLastGetter makes every blob it serves hold back its last byte until
-// the store's reader has verified the whole object (see holdLast).
-//
-// Why: a store's Get reports corruption on the read that reaches the end,
-// but an *os.File delivers its last bytes with a nil error and only then
-// (0, io.EOF); by the time the verifying reader says ErrCorrupt the whole
-// corrupt content has been handed out. For a directory export that is
-// harmless (files are renamed into place only once verified); a tar stream
-// cannot take bytes back, so we keep one byte back instead.
-type holdLastGetter struct{ cas.Getter }
-
-// Unwrap returns the decorated Getter.
-func (g holdLastGetter) Unwrap() cas.Getter { return g.Getter }
-
-func (g holdLastGetter) Get(ctx context.Context, id cas.ID) (io.ReadCloser, error) {
-	rc, err := g.Getter.Get(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return &holdLast{rc: rc}, nil
-}
-
-// holdLast passes rc through but releases the final byte only after rc
-// returned io.EOF; any other error keeps it back for good.
-type holdLast struct {
-	rc   io.ReadCloser
-	last byte  // the byte held back
-	has  bool  // last is set
-	err  error // sticky error of rc, io.EOF included
-	one  [1]byte
-}
-
-func (h *holdLast) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	for {
-		if h.err != nil {
-			if h.err == io.EOF && h.has {
-				p[0], h.has = h.last, false
-				return 1, nil
-			}
-			return 0, h.err
-		}
-		switch {
-		case !h.has:
-			n, err := h.rc.Read(p)
-			h.err = err
-			if n > 0 {
-				h.last, h.has = p[n-1], true
-				if n > 1 {
-					return n - 1, nil
-				}
-			}
-		case len(p) == 1:
-			n, err := h.rc.Read(h.one[:])
-			h.err = err
-			if n == 1 {
-				p[0], h.last = h.last, h.one[0]
-				return 1, nil
-			}
-		default:
-			// p[0] takes the held byte; the new bytes land after it and
-			// the newest one is held back in its place.
-			n, err := h.rc.Read(p[1:])
-			h.err = err
-			if n > 0 {
-				p[0], h.last = h.last, p[n]
-				return n, nil
-			}
-		}
-	}
-}
-
-func (h *holdLast) Close() error { return h.rc.Close() }

@@ -383,7 +383,7 @@ func (b *batch) Commit(ctx context.Context) error {
 		}
 		if rerr != nil {
 			// Stored meanwhile by another writer, whose rename the flush
-			// below covers too; our copy is removed with the leftovers.
+			// below covers too; our copy is redundant.
 			os.Remove(b.tempPath(p.seq))
 		}
 		done++
