@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -45,6 +46,13 @@ type ActivateRequest struct {
 	Root string `json:"root,omitempty"`
 	// RetryOf names the failed attempt this one retries.
 	RetryOf string `json:"retry_of,omitempty"`
+	// MemoryBytes is the attempt's memory limit, reserved against the
+	// daemon's memory quota (DefaultAttemptMemory when zero and a memory
+	// quota is set).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// NoQueue refuses with quota_exceeded instead of queueing when the
+	// daemon is at capacity.
+	NoQueue bool `json:"no_queue,omitempty"`
 }
 
 // Activate creates an active attempt on a draft or sealed node with a fresh
@@ -79,6 +87,21 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 	if ttl == 0 {
 		ttl = DefaultLeaseTTL
 	}
+	mem := req.MemoryBytes
+	if mem < 0 {
+		return AttemptView{}, fmt.Errorf("activate: negative memory: %w", journal.ErrInvalidArgument)
+	}
+	if mem == 0 && f.quota.maxMem > 0 {
+		mem = DefaultAttemptMemory
+	}
+	if f.quota.maxMem > 0 && mem > f.quota.maxMem {
+		return AttemptView{}, fmt.Errorf("activate: %d bytes of memory can never fit the daemon's %d: %w", mem, f.quota.maxMem, journal.ErrInvalidArgument)
+	}
+	admitted := f.quota.reserve(mem)
+	if !admitted && req.NoQueue {
+		live, _ := f.quota.counts()
+		return AttemptView{}, fmt.Errorf("activate: %w", quotaExceeded(live, f.quota.maxLive))
+	}
 	err := f.mutate(ctx, op, req, &a, func(tx journal.Tx, ci CallInfo) (any, error) {
 		n, err := journal.GetNode(tx, req.NodeID)
 		if err != nil {
@@ -103,39 +126,62 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		if err != nil {
 			return nil, err
 		}
-		lid, err := f.ids.New(journal.KindLease)
-		if err != nil {
-			return nil, err
-		}
 		a := journal.Attempt{AttemptID: aid, NodeID: n.NodeID, GroupID: n.GroupID, Executor: req.Executor,
-			LeaseID: lid, State: journal.AttemptActive, RetryOf: req.RetryOf}
+			State: journal.AttemptQueued, RetryOf: req.RetryOf}
 		if err := journal.CreateAttempt(tx, a); err != nil {
 			return nil, err
 		}
-		token, err := journal.NextFencingToken(tx)
-		if err != nil {
-			return nil, err
-		}
-		l := journal.Lease{LeaseID: lid, AttemptID: aid, NodeID: n.NodeID, GroupID: n.GroupID, Token: token,
-			TTLMillis: ttl.Milliseconds(), ExpiresAt: tx.Now().Add(ttl)}
-		if err := journal.CreateLease(tx, l); err != nil {
+		if a, err = journal.GetAttempt(tx, aid); err != nil { // with its timestamps
 			return nil, err
 		}
 		ev := a.Event(journal.EventAttemptCreated)
 		ev.RootID = n.RootID
-		if err := event(tx, ci, ev, map[string]any{"executor": req.Executor, "retry_of": req.RetryOf}); err != nil {
+		if err := event(tx, ci, ev, map[string]any{"executor": req.Executor, "retry_of": req.RetryOf, "queued": !admitted}); err != nil {
 			return nil, err
 		}
-		lev := l.Event(journal.EventLeaseAcquired)
-		lev.RootID = n.RootID
-		if err := event(tx, ci, lev, map[string]any{"token": token, "ttl_ms": l.TTLMillis}); err != nil {
-			return nil, err
+		if admitted {
+			if err := startInTx(tx, ci, f.ids, &a, ttl.Milliseconds()); err != nil {
+				return nil, err
+			}
+		} else {
+			// A queued attempt keeps what its start needs beside it.
+			b, _ := json.Marshal(rtData{TTLMillis: ttl.Milliseconds(), MemoryBytes: mem})
+			if err := journal.PutAttemptRuntime(tx, journal.AttemptRuntime{AttemptID: aid, Worker: f.worker, Data: b}); err != nil {
+				return nil, err
+			}
 		}
 		return journal.GetAttempt(tx, aid)
 	})
 	if err != nil {
+		if admitted {
+			f.quota.unreserve(mem)
+		}
 		return AttemptView{}, err
 	}
+	// A replay returns the first result: act on the attempt as it is now.
+	cur, err := f.attemptView(ctx, a.AttemptID)
+	if err != nil {
+		if admitted {
+			f.quota.unreserve(mem)
+		}
+		return AttemptView{}, err
+	}
+	switch {
+	case cur.State == journal.AttemptQueued:
+		if admitted {
+			f.quota.unreserve(mem)
+		}
+		f.quota.enqueue(cur.AttemptID, mem)
+		return cur, nil
+	case !cur.State.Live():
+		if admitted {
+			f.quota.unreserve(mem)
+		}
+		return cur, nil
+	case admitted:
+		f.quota.bind(cur.AttemptID, mem)
+	}
+	a = cur.Attempt
 	// The mount follows the commit; a replay of the same key lands here too
 	// and finds the attempt already mounted.
 	if err := f.ensureMounted(ctx, a, req.Root); err != nil {
@@ -202,8 +248,15 @@ func (f *Fabric) ensureMounted(ctx context.Context, a journal.Attempt, root stri
 	if err := delta.Mount(l); err != nil {
 		return err
 	}
-	rt = journal.AttemptRuntime{AttemptID: a.AttemptID, Worker: f.worker, PrivateDelta: l.Dir, Mount: l.Root,
-		Data: rtData{BaseRootID: base}.json()}
+	var d rtData
+	if haveRT {
+		json.Unmarshal(rt.Data, &d)
+	}
+	d.BaseRootID = base
+	if d.MemoryBytes == 0 {
+		d.MemoryBytes = f.quota.memOf(a.AttemptID)
+	}
+	rt = journal.AttemptRuntime{AttemptID: a.AttemptID, Worker: f.worker, PrivateDelta: l.Dir, Mount: l.Root, Data: d.json()}
 	if err := f.journal.Update(ctx, func(tx journal.Tx) error { return journal.PutAttemptRuntime(tx, rt) }); err != nil {
 		delta.Unmount(l.Root)
 		return err
@@ -257,6 +310,7 @@ func (f *Fabric) Release(ctx context.Context, req ReleaseRequest) (AttemptView, 
 	if err != nil {
 		return AttemptView{}, err
 	}
+	f.attemptEnded(ctx, req.AttemptID)
 	return f.attemptView(ctx, req.AttemptID)
 }
 
@@ -338,7 +392,9 @@ func (f *Fabric) failAttempt(ctx context.Context, attemptID string, cause error)
 	}
 	if err != nil {
 		f.log.Error("fail attempt", "attempt_id", attemptID, "cause", cause, "err", err)
+		return
 	}
+	f.attemptEnded(ctx, attemptID)
 }
 
 // RenewRequest extends a lease.
@@ -423,6 +479,7 @@ func (f *Fabric) ExpireLeases(ctx context.Context) (int, error) {
 		}
 		if attemptID != "" {
 			n++
+			f.attemptEnded(ctx, attemptID)
 			a, err := f.attemptView(ctx, attemptID)
 			if err == nil {
 				err = f.removeDelta(a.Attempt, nil)

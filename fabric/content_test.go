@@ -284,4 +284,3 @@ func TestFsckAndCorruptExport(t *testing.T) {
 		t.Fatalf("tar export of corrupt content: %v, want corrupt", err)
 	}
 }
-

@@ -46,6 +46,10 @@ type Options struct {
 	Worker string
 	// Now is the clock for leases; default time.Now.
 	Now func() time.Time
+	// MaxLiveAttempts and MaxMemoryBytes bound the attempts this daemon
+	// runs at once (FR-08); zero means unbounded.
+	MaxLiveAttempts int
+	MaxMemoryBytes  int64
 }
 
 // Validate reports whether o can be opened, without touching the disk.
@@ -95,6 +99,9 @@ type Fabric struct {
 	now        func() time.Time
 	// mountMu serialises mounting and unmounting attempt roots.
 	mountMu sync.Mutex
+	quota   *quota
+	// bg tracks goroutines that start queued attempts; Close waits.
+	bg sync.WaitGroup
 
 	// The initial object tally runs in the background from Open to its end
 	// or to Close; cancelScan stops it and scanDone waits for it.
@@ -152,6 +159,7 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	}
 	f.store = newCountingStore(f.local)
 	f.now, f.worker = opts.Now, opts.Worker
+	f.quota = newQuota(opts.MaxLiveAttempts, opts.MaxMemoryBytes)
 	f.ids = journal.NewIDGen(opts.Now, nil)
 	f.journal, err = journalpebble.Open(filepath.Join(stateDir, "journal"), opts.Journal)
 	if err != nil {
@@ -195,6 +203,7 @@ func (f *Fabric) Close() error {
 	f.closeOnce.Do(func() {
 		f.cancelScan()
 		f.scanDone.Wait()
+		f.bg.Wait()
 		// The projection server (a child process) and live attempts' mounts
 		// stay: a restarted daemon adopts them. An in-process projection
 		// (tests) cannot outlive us; StopAll tears everything down.

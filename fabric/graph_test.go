@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -420,5 +424,122 @@ func TestMountReadOnlyAndRW(t *testing.T) {
 	}
 	if _, err := f.Umount(ctx, UmountRequest{Dir: ro}); !errors.Is(err, journal.ErrNotFound) {
 		t.Errorf("umount of nothing: %v", err)
+	}
+}
+
+// TestFR08_LiveAttemptsStayBounded: 50 activations with a limit of 4 live
+// attempts never exceed 4 (sampled throughout), start first-in first-out
+// as capacity frees, and all complete.
+func TestFR08_LiveAttemptsStayBounded(t *testing.T) {
+	requireMounts(t)
+	dir := t.TempDir()
+	f, err := Open(context.Background(), Options{StateDir: dir, MaxLiveAttempts: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.StopAll(context.Background()); err != nil {
+			t.Errorf("StopAll: %v", err)
+		}
+		f.Close()
+	})
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{"a": "1"})
+
+	// Sample the journal's truth and the kernel's mounts while it runs.
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	maxSeen := 0
+	sampler.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			live, _ := f.quota.counts()
+			mounts := 0
+			if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+				for _, line := range strings.Split(string(b), "\n") {
+					if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], filepath.Join(dir, "attempts")+"/") {
+						mounts++
+					}
+				}
+			}
+			maxSeen = max(maxSeen, live, mounts)
+		}
+	})
+
+	var ids []string
+	for i := range 50 {
+		a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := journal.AttemptActive; i < 4 && a.State != want {
+			t.Fatalf("attempt %d is %s, want %s", i, a.State, want)
+		}
+		if i >= 4 && a.State != journal.AttemptQueued {
+			t.Fatalf("attempt %d is %s, want queued", i, a.State)
+		}
+		ids = append(ids, a.AttemptID)
+	}
+	if _, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, NoQueue: true}); !errors.Is(err, errdefs.ErrQuotaExceeded) {
+		t.Fatalf("activate --no-queue at capacity: %v", err)
+	}
+	// Drive them: each active attempt writes and seals, which frees its
+	// slot for the next queued one.
+	var started []string
+	deadline := time.Now().Add(2 * time.Minute)
+	for done := 0; done < len(ids); {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d attempts completed", done, len(ids))
+		}
+		progressed := false
+		for _, id := range ids {
+			a, err := f.attemptView(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.State != journal.AttemptActive || a.Runtime == nil || !delta.Mounted(a.Root) {
+				continue
+			}
+			started = append(started, id)
+			if err := os.WriteFile(filepath.Join(a.Root, "by"), []byte(id), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Suspend(ctx, SuspendRequest{AttemptID: id}); err != nil {
+				t.Fatal(err)
+			}
+			done++
+			progressed = true
+		}
+		if !progressed {
+			time.Sleep(5 * time.Millisecond) // a queued start is mounting
+		}
+	}
+	close(stop)
+	sampler.Wait()
+	if maxSeen > 4 {
+		t.Fatalf("saw %d live attempts, limit 4", maxSeen)
+	}
+	// FIFO: attempts became active in the order they were requested.
+	var order []string
+	err = f.journal.View(ctx, func(r journal.Reader) error {
+		return r.Events(0, func(ev journal.Event) error {
+			if ev.Type == journal.EventLeaseAcquired {
+				order = append(order, ev.AttemptID)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(order) != fmt.Sprint(ids) {
+		t.Fatalf("start order differs from request order:\n got %v\nwant %v", order, ids)
+	}
+	if len(started) != 50 {
+		t.Fatalf("%d attempts ran", len(started))
 	}
 }

@@ -97,7 +97,11 @@ func (p *projection) Stop() error {
 type rtData struct {
 	// BaseRootID is the root mounted as the overlay's lower layer: the
 	// tree that seal compares the upper directory against.
-	BaseRootID string `json:"base_root_id"`
+	BaseRootID string `json:"base_root_id,omitempty"`
+	// TTLMillis and MemoryBytes are what a queued attempt starts with;
+	// MemoryBytes stays as its reservation against the memory quota.
+	TTLMillis   int64 `json:"ttl_ms,omitempty"`
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 func (d rtData) json() json.RawMessage {

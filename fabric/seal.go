@@ -244,9 +244,13 @@ func (f *Fabric) releaseSealed(ctx context.Context, attemptID string) error {
 	if err := f.removeDelta(a.Attempt, a.Runtime); err != nil {
 		return err
 	}
-	return f.journal.Update(ctx, func(tx journal.Tx) error {
+	if err := f.journal.Update(ctx, func(tx journal.Tx) error {
 		return releaseInTx(tx, f.callInfo(ctx), attemptID, journal.AttemptReleased, "")
-	})
+	}); err != nil {
+		return err
+	}
+	f.attemptEnded(ctx, attemptID)
+	return nil
 }
 
 // setAttemptState moves an attempt from one state to another, failing with
@@ -298,6 +302,11 @@ func (f *Fabric) Recover(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
+		if a.Runtime != nil {
+			var d rtData
+			json.Unmarshal(a.Runtime.Data, &d)
+			f.quota.adopt(id, d.MemoryBytes)
+		}
 		switch a.State {
 		case journal.AttemptQuiescing:
 			err = f.setAttemptState(ctx, ci, id, journal.AttemptQuiescing, journal.AttemptActive)
@@ -325,7 +334,41 @@ func (f *Fabric) Recover(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("recover attempt %s: %w", id, err))
 		}
 	}
+	// Queued attempts wait in creation order (ids are time-ordered); start
+	// those that fit now.
+	queued, err := f.queuedAttempts(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, q := range queued {
+		f.quota.enqueue(q.id, q.mem)
+	}
+	f.attemptEnded(ctx, "")
 	return errors.Join(errs...)
+}
+
+// queuedAttempts lists this worker's queued attempts, oldest first. It
+// scans every attempt record: recovery only.
+func (f *Fabric) queuedAttempts(ctx context.Context) ([]queued, error) {
+	var out []queued
+	err := f.journal.View(ctx, func(r journal.Reader) error {
+		return journal.ScanPrefix(r, []byte("attempt/"), func(_, v []byte) error {
+			var a journal.Attempt
+			if err := json.Unmarshal(v, &a); err != nil || a.State != journal.AttemptQueued {
+				return err
+			}
+			var d rtData
+			if rt, err := journal.GetAttemptRuntime(r, a.AttemptID); err == nil {
+				if rt.Worker != f.worker {
+					return nil
+				}
+				json.Unmarshal(rt.Data, &d)
+			}
+			out = append(out, queued{a.AttemptID, d.MemoryBytes})
+			return nil
+		})
+	})
+	return out, err
 }
 
 // StopAll releases every live attempt and stops the projection: a full
@@ -344,6 +387,14 @@ func (f *Fabric) StopAll(ctx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	queued, err := f.queuedAttempts(ctx)
+	if err != nil {
+		return err
+	}
+	// Queued attempts first, so releasing live ones starts none of them.
+	for _, q := range queued {
+		live = append([]string{q.id}, live...)
 	}
 	var errs []error
 	for _, id := range live {
