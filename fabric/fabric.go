@@ -101,7 +101,8 @@ type Fabric struct {
 	mountMu sync.Mutex
 	quota   *quota
 	// bg tracks goroutines that start queued attempts; Close waits.
-	bg sync.WaitGroup
+	bg      sync.WaitGroup
+	gcStats gcTotals
 
 	// The initial object tally runs in the background from Open to its end
 	// or to Close; cancelScan stops it and scanDone waits for it.

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -96,8 +97,19 @@ func (f *FS) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut) sysc
 	return 0
 }
 
-// Lookup of the mount root: only "roots".
+// StatsName is a read-only file at the mount root whose content is the
+// server's Counters as JSON, read fresh on every open: the daemon scrapes
+// it for metrics, since the server runs in its own process.
+const StatsName = ".stats"
+
+// Lookup of the mount root: "roots" and the stats file.
 func (f *FS) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if name == StatsName {
+		out.Mode = syscall.S_IFREG | 0o444
+		out.SetEntryTimeout(0)
+		out.SetAttrTimeout(0)
+		return f.NewPersistentInode(ctx, &statsFile{fsys: f}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: 3}), 0
+	}
 	if name != "roots" {
 		return nil, syscall.ENOENT
 	}
@@ -166,4 +178,59 @@ func inoFor(root cas.ID, path string, link bool) uint64 {
 		ino += 16
 	}
 	return ino
+}
+
+// Snapshot is a copy of the counters, as the stats file shows them.
+type Snapshot struct {
+	Lookups      int64 `json:"lookups"`
+	Readdirs     int64 `json:"readdirs"`
+	Opens        int64 `json:"opens"`
+	TreeReads    int64 `json:"tree_reads"`
+	BlobVerifies int64 `json:"blob_verifies"`
+	Reads        int64 `json:"reads"`
+}
+
+// Snapshot reads the counters.
+func (c *Counters) Snapshot() Snapshot {
+	return Snapshot{Lookups: c.Lookups.Load(), Readdirs: c.Readdirs.Load(), Opens: c.Opens.Load(),
+		TreeReads: c.TreeReads.Load(), BlobVerifies: c.BlobVerifies.Load(), Reads: c.Reads.Load()}
+}
+
+// statsFile serves Snapshot as JSON; direct I/O so every read is fresh.
+type statsFile struct {
+	fs.Inode
+	fsys *FS
+}
+
+var (
+	_ fs.NodeOpener    = (*statsFile)(nil)
+	_ fs.NodeGetattrer = (*statsFile)(nil)
+)
+
+func (s *statsFile) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o444
+	out.Size = 0 // unknown until read: direct I/O reads to EOF
+	return 0
+}
+
+func (s *statsFile) Open(_ context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	b, err := json.Marshal(s.fsys.Counters.Snapshot())
+	if err != nil {
+		return nil, 0, syscall.EIO
+	}
+	return &bytesHandle{b: append(b, '\n')}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+type bytesHandle struct{ b []byte }
+
+var _ fs.FileReader = (*bytesHandle)(nil)
+
+func (h *bytesHandle) Read(_ context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if off >= int64(len(h.b)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(h.b[off:min(int64(len(h.b)), off+int64(len(dest)))]), 0
 }

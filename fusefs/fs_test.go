@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -277,5 +278,36 @@ func TestLazyLookup(t *testing.T) {
 	}
 	if f.Counters.BlobVerifies.Load() != 1 {
 		t.Errorf("blob verified %d times, want once", f.Counters.BlobVerifies.Load())
+	}
+}
+
+func TestStatsFile(t *testing.T) {
+	ctx := context.Background()
+	st := newCountingStore()
+	b := cas.NewBuilder(st, cas.ZeroID)
+	if err := b.Put(ctx, "f", cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 1, ID: st.blob(t, "x")}, ""); err != nil {
+		t.Fatal(err)
+	}
+	root, err := b.Write(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, mnt := mount(t, st, root)
+	if _, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(mnt, "..", "..", StatsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap Snapshot
+	if err := json.Unmarshal(raw, &snap); err != nil {
+		t.Fatalf("stats %q: %v", raw, err)
+	}
+	if snap.Opens != 1 || snap.Lookups < 1 || snap.TreeReads != 1 {
+		t.Fatalf("stats after one open: %+v", snap)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "..", "..", StatsName), nil, 0o644); err == nil {
+		t.Fatal("stats file is writable")
 	}
 }

@@ -1,0 +1,35 @@
+package fabric
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/esf-dev/esf/fusefs"
+)
+
+// What the daemon reports to metrics (metrics.Source).
+
+// Attempts returns the live and queued attempt counts of this daemon.
+func (f *Fabric) Attempts() (live, queued int) { return f.quota.counts() }
+
+// Objects returns the store's object count and bytes without waiting;
+// ok is false until the startup count has finished.
+func (f *Fabric) Objects() (objects, bytes int64, ok bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	o, b, err := f.store.tally(ctx)
+	return o, b, err == nil
+}
+
+// ProjectionStats is the projection's stats file.
+func (f *Fabric) ProjectionStats() string { return filepath.Join(f.projection.mnt, fusefs.StatsName) }
+
+// GC returns the totals of finished collections.
+func (f *Fabric) GC() (runs, deleted, bytesReclaimed int64) {
+	return f.gcStats.runs.Load(), f.gcStats.deleted.Load(), f.gcStats.bytes.Load()
+}
+
+type gcTotals struct {
+	runs, deleted, bytes atomic.Int64
+}

@@ -1,0 +1,104 @@
+package metrics
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/esf-dev/esf/fusefs"
+)
+
+// Source is what the daemon reports; fabric implements it.
+type Source interface {
+	// Attempts returns the live and queued attempt counts.
+	Attempts() (live, queued int)
+	// Objects returns the content store's object count and bytes, and
+	// whether the startup count has finished.
+	Objects() (objects, bytes int64, ok bool)
+	// ProjectionStats is the path of the projection's stats file.
+	ProjectionStats() string
+	// GC returns the totals of finished collections.
+	GC() (runs, deleted, bytesReclaimed int64)
+}
+
+// Metrics is one daemon's registry.
+type Metrics struct {
+	reg *prometheus.Registry
+	ops *prometheus.HistogramVec
+}
+
+// New registers esf's collectors over src, plus Go and process metrics.
+func New(src Source) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		reg: reg,
+		ops: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "esf_operation_duration_seconds",
+			Help: "Latency of API operations by operation and result code.",
+			// 100µs .. ~13s: fork and activate live in the first buckets.
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+		}, []string{"op", "code"}),
+	}
+	reg.MustRegister(m.ops,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "esf_attempts_live", Help: "Attempts holding capacity (active or sealing)."},
+			func() float64 { l, _ := src.Attempts(); return float64(l) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "esf_attempts_queued", Help: "Attempts waiting for capacity."},
+			func() float64 { _, q := src.Attempts(); return float64(q) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "esf_cas_objects", Help: "Objects in the local content store."},
+			func() float64 { o, _, _ := src.Objects(); return float64(o) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "esf_cas_bytes", Help: "Bytes in the local content store."},
+			func() float64 { _, b, _ := src.Objects(); return float64(b) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "esf_gc_runs_total", Help: "Finished garbage collections."},
+			func() float64 { r, _, _ := src.GC(); return float64(r) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "esf_gc_deleted_objects_total", Help: "Objects deleted by GC."},
+			func() float64 { _, d, _ := src.GC(); return float64(d) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "esf_gc_reclaimed_bytes_total", Help: "Bytes reclaimed by GC."},
+			func() float64 { _, _, b := src.GC(); return float64(b) }),
+		&fuseCollector{path: src.ProjectionStats},
+	)
+	return m
+}
+
+// Observe records one operation's latency and result code ("" for ok).
+func (m *Metrics) Observe(op, code string, d time.Duration) {
+	if code == "" {
+		code = "ok"
+	}
+	m.ops.WithLabelValues(op, code).Observe(d.Seconds())
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+var fuseDesc = prometheus.NewDesc("esf_fuse_operations_total",
+	"Operations served by the FUSE projection server, by kind (reads: those not passed through to the kernel).",
+	[]string{"op"}, nil)
+
+// fuseCollector reads the projection's stats file on each scrape.
+type fuseCollector struct{ path func() string }
+
+func (c *fuseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- fuseDesc }
+
+func (c *fuseCollector) Collect(ch chan<- prometheus.Metric) {
+	raw, err := os.ReadFile(c.path())
+	if err != nil {
+		return // projection not running: no samples rather than zeros
+	}
+	var s fusefs.Snapshot
+	if json.Unmarshal(raw, &s) != nil {
+		return
+	}
+	for op, v := range map[string]int64{"lookup": s.Lookups, "readdir": s.Readdirs, "open": s.Opens,
+		"tree_read": s.TreeReads, "blob_verify": s.BlobVerifies, "read": s.Reads} {
+		ch <- prometheus.MustNewConstMetric(fuseDesc, prometheus.CounterValue, float64(v), op)
+	}
+}

@@ -1,0 +1,5 @@
+package metrics
+
+import "github.com/esf-dev/esf/fabric"
+
+var _ Source = (*fabric.Fabric)(nil)
