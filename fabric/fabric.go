@@ -103,6 +103,8 @@ type Fabric struct {
 	// bg tracks goroutines that start queued attempts; Close waits.
 	bg      sync.WaitGroup
 	gcStats gcTotals
+	// provKey authenticates provenance records this daemon writes.
+	provKey []byte
 
 	// The initial object tally runs in the background from Open to its end
 	// or to Close; cancelScan stops it and scanDone waits for it.
@@ -164,6 +166,9 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	f.ids = journal.NewIDGen(opts.Now, nil)
 	f.journal, err = journalpebble.Open(filepath.Join(stateDir, "journal"), opts.Journal)
 	if err != nil {
+		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+	}
+	if f.provKey, err = loadKey(filepath.Join(stateDir, "provenance.key")); err != nil {
 		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 	}
 	f.projection = &projection{
@@ -241,13 +246,23 @@ func (f *Fabric) Status(ctx context.Context) (Status, error) {
 	return Status{Version: Version, StateDir: f.stateDir, Objects: objects, Bytes: bytes}, nil
 }
 
-// resolveRoot turns the id a caller names (today a root id, in hex) into the
-// root tree it designates, and checks that the tree is stored. Node ids
-// resolve here too once nodes exist.
+// resolveRoot turns the id a caller names (a root id in hex, or a node id)
+// into the root tree it designates, and checks that the tree is stored.
 func (f *Fabric) resolveRoot(ctx context.Context, s string) (cas.ID, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return cas.ZeroID, fmt.Errorf("empty id: %w", errdefs.ErrInvalidArgument)
+	}
+	if strings.HasPrefix(s, string(journal.KindNode)+"_") {
+		var n journal.Node
+		if err := f.journal.View(ctx, func(r journal.Reader) error {
+			var err error
+			n, err = journal.GetNode(r, s)
+			return err
+		}); err != nil {
+			return cas.ZeroID, err
+		}
+		s = n.RootID
 	}
 	id, err := cas.ParseID(s)
 	if err != nil {

@@ -1,0 +1,379 @@
+package fabric
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"lukechampine.com/blake3"
+
+	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/export"
+	"github.com/esf-dev/esf/journal"
+)
+
+// Provenance (FR-10): every export can carry a record of where its content
+// came from: the root, the node and its ancestry, the environment (source,
+// executor, attempt), the group policy, and every evaluation with its
+// evaluator version and evidence. Each id in it can be checked against the
+// graph and the store (VerifyProvenance), and the record carries a MAC
+// keyed by this daemon, so a changed byte is detected even where the graph
+// cannot tell (for example a reworded verdict of a record whose node was
+// pruned since).
+
+// ProvenanceVersion is the version of the record format.
+const ProvenanceVersion = 1
+
+// ProvenanceRecord describes one export.
+type ProvenanceRecord struct {
+	Version     int                  `json:"version"`
+	RootID      string               `json:"root_id"`
+	NodeID      string               `json:"node_id,omitempty"`
+	GroupID     string               `json:"group_id,omitempty"`
+	Parents     []string             `json:"parents,omitempty"`
+	Ancestry    []string             `json:"ancestry,omitempty"`
+	Origin      *journal.Provenance  `json:"origin,omitempty"` // how the node came to be
+	Policy      json.RawMessage      `json:"policy,omitempty"`
+	Attempt     *journal.Attempt     `json:"attempt,omitempty"` // the attempt that sealed it
+	Evaluations []journal.Evaluation `json:"evaluations,omitempty"`
+	Export      ExportInfo           `json:"export"`
+	// MAC is hex keyed-BLAKE3 over the record's canonical JSON without it.
+	MAC string `json:"mac"`
+}
+
+// ExportInfo says what an export produced.
+type ExportInfo struct {
+	Format      string    `json:"format"` // dir, tar, patch
+	Base        string    `json:"base,omitempty"`
+	Artifact    string    `json:"artifact,omitempty"`
+	Destination string    `json:"destination,omitempty"`
+	ExportedAt  time.Time `json:"exported_at"`
+}
+
+// Provenance builds the record for an export of id (a node id, or a bare
+// root id, whose record then holds the root alone).
+func (f *Fabric) Provenance(ctx context.Context, id string, info ExportInfo) (ProvenanceRecord, error) {
+	root, err := f.resolveRoot(ctx, id)
+	if err != nil {
+		return ProvenanceRecord{}, fmt.Errorf("provenance: %w", err)
+	}
+	if info.ExportedAt.IsZero() {
+		info.ExportedAt = f.now().UTC()
+	}
+	rec := ProvenanceRecord{Version: ProvenanceVersion, RootID: root.String(), Export: info}
+	if kind, err := journal.KindOf(id); err == nil && kind == journal.KindNode {
+		if err := f.journal.View(ctx, func(r journal.Reader) error { return fillProvenance(r, id, &rec) }); err != nil {
+			return ProvenanceRecord{}, fmt.Errorf("provenance: %w", err)
+		}
+	}
+	rec.MAC, err = f.provenanceMAC(rec)
+	return rec, err
+}
+
+func fillProvenance(r journal.Reader, nodeID string, rec *ProvenanceRecord) error {
+	n, err := journal.GetNode(r, nodeID)
+	if err != nil {
+		return err
+	}
+	g, err := journal.GetGroup(r, n.GroupID)
+	if err != nil {
+		return err
+	}
+	rec.NodeID, rec.GroupID, rec.Parents, rec.Policy = n.NodeID, n.GroupID, n.Parents, g.Policy
+	origin := n.Provenance
+	rec.Origin = &origin
+	if err := journal.Ancestors(r, nodeID, func(a journal.Node) error {
+		rec.Ancestry = append(rec.Ancestry, a.NodeID)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if origin.AttemptID != "" {
+		a, err := journal.GetAttempt(r, origin.AttemptID)
+		if err != nil {
+			return err
+		}
+		rec.Attempt = &a
+	}
+	evals, err := journal.EvaluationsOfNode(r, nodeID)
+	if err != nil {
+		return err
+	}
+	for _, id := range evals {
+		e, err := journal.GetEvaluation(r, id)
+		if err != nil {
+			return err
+		}
+		rec.Evaluations = append(rec.Evaluations, e)
+	}
+	return nil
+}
+
+func (f *Fabric) provenanceMAC(rec ProvenanceRecord) (string, error) {
+	rec.MAC = ""
+	b, err := journal.CanonicalJSON(rec)
+	if err != nil {
+		return "", err
+	}
+	h := blake3.New(32, f.provKey)
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ProvenanceProblem is one failed check of a record.
+type ProvenanceProblem struct {
+	Field   string `json:"field"`
+	Problem string `json:"problem"`
+}
+
+// ProvenanceReport is the outcome of VerifyProvenance.
+type ProvenanceReport struct {
+	Valid    bool                `json:"valid"`
+	Checked  int                 `json:"checked"` // ids checked against the graph and the store
+	Problems []ProvenanceProblem `json:"problems,omitempty"`
+}
+
+// VerifyProvenance checks a record: its MAC, that every tree of the root is
+// stored and intact, and that every id it names exists in the graph with
+// the values the record states (node, parents, ancestry, attempt,
+// evaluations, evidence). Problems are reported, not returned as errors; a
+// record that does not parse is invalid_argument.
+func (f *Fabric) VerifyProvenance(ctx context.Context, raw []byte) (ProvenanceReport, error) {
+	var rec ProvenanceRecord
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		return ProvenanceReport{}, fmt.Errorf("provenance record: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	rep := ProvenanceReport{}
+	bad := func(field, format string, args ...any) {
+		rep.Problems = append(rep.Problems, ProvenanceProblem{Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
+	if rec.Version != ProvenanceVersion {
+		bad("version", "version %d, want %d", rec.Version, ProvenanceVersion)
+	}
+	if mac, err := f.provenanceMAC(rec); err != nil || !hmac.Equal([]byte(mac), []byte(rec.MAC)) {
+		bad("mac", "does not match the record: it was changed after this daemon wrote it (or another daemon wrote it)")
+	}
+	root, err := cas.ParseID(rec.RootID)
+	if err != nil {
+		bad("root_id", "%v", err)
+	} else {
+		rep.Checked++
+		if err := verifyTrees(ctx, f.store, root); err != nil {
+			bad("root_id", "%v", err)
+		}
+	}
+	if rec.NodeID != "" {
+		var want ProvenanceRecord
+		err := f.journal.View(ctx, func(r journal.Reader) error { return fillProvenance(r, rec.NodeID, &want) })
+		rep.Checked++
+		switch {
+		case err != nil:
+			bad("node_id", "%v", err)
+		default:
+			if want.GroupID != rec.GroupID {
+				bad("group_id", "graph says %s", want.GroupID)
+			}
+			if n, _ := f.nodeRoot(ctx, rec.NodeID); n != rec.RootID {
+				bad("root_id", "node %s has root %s", rec.NodeID, n)
+			}
+			if !slices.Equal(want.Parents, rec.Parents) {
+				bad("parents", "graph says %v", want.Parents)
+			}
+			if !slices.Equal(want.Ancestry, rec.Ancestry) {
+				bad("ancestry", "graph says %v", want.Ancestry)
+			}
+			rep.Checked += len(rec.Parents) + len(rec.Ancestry)
+			if !jsonEqual(want.Origin, rec.Origin) {
+				bad("origin", "differs from the node's provenance")
+			}
+			if !jsonEqual(want.Policy, rec.Policy) {
+				bad("policy", "differs from the group's policy")
+			}
+			if !jsonEqual(want.Attempt, rec.Attempt) {
+				bad("attempt", "differs from the attempt record")
+			}
+			if !jsonEqual(want.Evaluations, rec.Evaluations) {
+				bad("evaluations", "differ from the graph's evaluations of the node")
+			}
+		}
+	}
+	for i, e := range rec.Evaluations {
+		for _, ev := range e.Evidence {
+			rep.Checked++
+			id, err := cas.ParseID(ev)
+			if err == nil {
+				_, err = cas.ReadAll(ctx, f.store, id)
+			}
+			if err != nil {
+				bad(fmt.Sprintf("evaluations[%d].evidence", i), "%s: %v", ev, err)
+			}
+		}
+	}
+	rep.Valid = len(rep.Problems) == 0
+	return rep, nil
+}
+
+func (f *Fabric) nodeRoot(ctx context.Context, nodeID string) (string, error) {
+	var root string
+	err := f.journal.View(ctx, func(r journal.Reader) error {
+		n, err := journal.GetNode(r, nodeID)
+		root = n.RootID
+		return err
+	})
+	return root, err
+}
+
+// verifyTrees reads and verifies every tree under root and checks that
+// every blob is stored (blobs are hashed by fsck, not here).
+func verifyTrees(ctx context.Context, s cas.Store, root cas.ID) error {
+	seen := map[cas.ID]bool{}
+	var walk func(id cas.ID) error
+	walk = func(id cas.ID) error {
+		if seen[id] {
+			return nil
+		}
+		seen[id] = true
+		t, err := cas.ReadTree(ctx, s, id)
+		if err != nil {
+			return err
+		}
+		for _, e := range t.Entries {
+			switch e.Type {
+			case cas.TypeDir:
+				if err := walk(e.ID); err != nil {
+					return err
+				}
+			case cas.TypeFile:
+				if ok, err := s.Has(ctx, e.ID); err != nil || !ok {
+					return fmt.Errorf("blob %s of %s: %w", e.ID, e.Name, orNotFound(err))
+				}
+			}
+		}
+		return nil
+	}
+	return walk(root)
+}
+
+func jsonEqual(a, b any) bool {
+	ja, err1 := journal.CanonicalJSON(a)
+	jb, err2 := journal.CanonicalJSON(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}
+
+// loadKey reads the daemon's provenance key, creating it on first use.
+func loadKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil && len(b) == 32 {
+		return b, nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, key, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+// ExportRequest materialises a node or root on the daemon's host.
+type ExportRequest struct {
+	ID string `json:"id"` // node id or root id
+	To string `json:"to"` // absolute destination directory
+	// Artifact exports one file or subtree (a slash path in the root)
+	// instead of the whole root.
+	Artifact string `json:"artifact,omitempty"`
+	// Provenance is where the record goes; default To + ".provenance.json".
+	Provenance string `json:"provenance,omitempty"`
+}
+
+// ExportResult is what an export wrote.
+type ExportResult struct {
+	RootID     string           `json:"root_id"`
+	Files      int64            `json:"files"`
+	Bytes      int64            `json:"bytes"`
+	Provenance string           `json:"provenance"`
+	Record     ProvenanceRecord `json:"record"`
+}
+
+// Export writes a node's (or root's) tree, or one artifact of it, to a
+// directory and its provenance record beside it.
+func (f *Fabric) Export(ctx context.Context, req ExportRequest) (ExportResult, error) {
+	root, err := f.resolveRoot(ctx, req.ID)
+	if err != nil {
+		return ExportResult{}, fmt.Errorf("export: %w", err)
+	}
+	id := root.String()
+	if req.Artifact != "" {
+		e, err := export.Lookup(ctx, f.store, root, req.Artifact)
+		if err != nil {
+			return ExportResult{}, fmt.Errorf("export artifact %s: %w", req.Artifact, err)
+		}
+		if e.Type != cas.TypeDir {
+			return ExportResult{}, fmt.Errorf("export artifact %s: a %s; artifacts are directories here (export its parent or the tar): %w",
+				req.Artifact, e.Type, errdefs.ErrUnsupported)
+		}
+		id = e.ID.String()
+	}
+	_, st, err := f.ExportDir(ctx, id, req.To)
+	if err != nil {
+		return ExportResult{}, err
+	}
+	rec, err := f.Provenance(ctx, req.ID, ExportInfo{Format: "dir", Artifact: req.Artifact, Destination: req.To})
+	if err != nil {
+		return ExportResult{}, err
+	}
+	path := req.Provenance
+	if path == "" {
+		path = req.To + ".provenance.json"
+	}
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return ExportResult{}, err
+	}
+	if err := writeFileAtomic(path, append(b, '\n')); err != nil {
+		return ExportResult{}, fmt.Errorf("export: provenance: %w", err)
+	}
+	return ExportResult{RootID: root.String(), Files: st.Files, Bytes: st.Bytes, Provenance: path, Record: rec}, nil
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
