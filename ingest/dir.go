@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -212,6 +213,9 @@ func (d *dirImport) walk(ctx context.Context, jobs chan<- dirJob) error {
 			if rel != "" {
 				child = rel + "/" + name
 			}
+			if d.excluded(child) {
+				return nil
+			}
 			if dir {
 				stack = append(stack, child)
 			}
@@ -222,6 +226,16 @@ func (d *dirImport) walk(ctx context.Context, jobs chan<- dirJob) error {
 		}
 	}
 	return nil
+}
+
+// excluded reports whether rel is one of Options.Exclude.
+func (d *dirImport) excluded(rel string) bool {
+	for _, x := range d.opts.Exclude {
+		if strings.Trim(x, "/") == rel {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *dirImport) readDir(rel string, fn func(name string, dir bool) error) error {

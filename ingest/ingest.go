@@ -41,6 +41,11 @@ type Options struct {
 	// Workers bounds the goroutines that hash and store file content;
 	// default 2*GOMAXPROCS.
 	Workers int
+	// Exclude lists slash paths below a directory's root ("a/b", or
+	// "/a/b") that Dir and Upper skip with everything below them: an
+	// executor's mountpoints in an attempt's upper directory are not
+	// content.
+	Exclude []string
 }
 
 // Validate reports options that cannot work.
