@@ -47,17 +47,21 @@ func benchGraph(b *testing.B, n int) *jpebble.Store {
 			b.Fatal(err)
 		}
 	}
-	// Let the compactions the bulk load started finish, so the numbers
-	// are of a graph at rest, as a daemon's is after it was built over time.
-	for {
+	// Let the flushes and compactions the bulk load started finish (three
+	// quiet checks in a row, at most a minute), so the numbers are of a
+	// graph at rest, as a daemon's is after it was built over time.
+	quiet := 0
+	for deadline := time.Now().Add(time.Minute); quiet < 3 && time.Now().Before(deadline); {
 		m, err := s.Metrics()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if m.Compact.NumInProgress == 0 && m.Compact.EstimatedDebt == 0 && m.Flush.NumInProgress == 0 {
-			break
+		if m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0 {
+			quiet++
+		} else {
+			quiet = 0
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 	return s
 }
