@@ -49,6 +49,9 @@ type CallOptions struct {
 	// Traceparent is the W3C trace context to continue. Empty lets the
 	// daemon start a trace.
 	Traceparent string
+	// Raw, if not nil, receives the body of a successful JSON response
+	// exactly as the daemon sent it (esfctl -o json prints it).
+	Raw *[]byte
 }
 
 // base is the URL every request goes to; the host is never resolved.
@@ -132,6 +135,18 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any, opt
 	resp, err := c.do(req)
 	if err != nil {
 		return err
+	}
+	if opt.Raw != nil {
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return c.transportError(ctx, err)
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return &errdefs.Error{Code: errdefs.CodeInternal, Message: fmt.Sprintf("esfd: decode response: %v", err)}
+		}
+		*opt.Raw = b
+		return nil
 	}
 	return decodeResponse(ctx, c, resp, out)
 }

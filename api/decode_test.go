@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/fabric"
 )
 
 func TestDecodeRequestsStrict(t *testing.T) {
@@ -66,63 +68,90 @@ func TestDecodeFsckAcceptsEmptyBody(t *testing.T) {
 	}
 }
 
+// decoders are every request decoder of the API, for the fuzz target. valid
+// checks what an accepted request must satisfy (absolute clean host paths).
+var decoders = []struct {
+	name   string
+	decode func(*http.Request) (any, error)
+	valid  func(any) bool
+}{
+	{"import", anyDecoder(decodeImport), func(v any) bool { return cleanAbs(v.(ImportRequest).Source) }},
+	{"export", anyDecoder(decodeExport), func(v any) bool {
+		r := v.(ExportRequest)
+		return r.ID != "" && cleanAbs(r.To)
+	}},
+	{"fsck", anyDecoder(decodeFsck), nil},
+	{"groups", anyDecoder(decodeCreateGroup), func(v any) bool {
+		r := v.(fabric.CreateGroupRequest)
+		return r.RootID != "" || cleanAbs(r.Source)
+	}},
+	{"fork", anyDecoder(decodeFork), nil},
+	{"promote", anyDecoder(decodePromote), nil},
+	{"evaluate", anyDecoder(decodeEvaluate), nil},
+	{"prune", anyDecoder(decodePrune), nil},
+	{"activate", anyDecoder(decodeActivate), func(v any) bool {
+		r := v.(fabric.ActivateRequest)
+		return r.Root == "" || cleanAbs(r.Root)
+	}},
+	{"suspend", anyDecoder(decodeSuspend), nil},
+	{"release", anyDecoder(decodeRelease), nil},
+	{"retry", anyDecoder(decodeRetry), nil},
+	{"renew", anyDecoder(decodeRenew), nil},
+	{"mount", anyDecoder(decodeMount), func(v any) bool { return cleanAbs(v.(fabric.MountRequest).Dir) }},
+	{"umount", anyDecoder(decodeUmount), func(v any) bool { return cleanAbs(v.(fabric.UmountRequest).Dir) }},
+}
+
+func anyDecoder[T any](d func(*http.Request) (T, error)) func(*http.Request) (any, error) {
+	return func(r *http.Request) (any, error) { return d(r) }
+}
+
+func cleanAbs(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }
+
 // FuzzDecodeRequests feeds arbitrary bodies to every request decoder. None
 // may panic; a rejection is always invalid_argument; an accepted request
-// is valid (absolute clean paths, an id) and survives a re-encode unchanged.
+// is valid (absolute clean paths, an id) and its encoding is a fixed point:
+// re-encoded and decoded again, it encodes to the same bytes (so a replay
+// of what a client sends fingerprints alike).
 func FuzzDecodeRequests(f *testing.F) {
 	seeds := []string{
 		`{"source":"/a/b"}`, `{"id":"00","to":"/x"}`, `{}`, ``, `null`, `{"source":"/a/../b/"}`,
 		`{"id":"x","to":"/"}{}`, `{"to":"rel"}`, `[1,2]`, `{"source":"\ud800"}`, `{"source":"/a","source":"/b"}`,
+		`{"root_id":"ab","policy":{"x" : [1, 2]},"logical_state":null}`, `{"node_id":"node_1","n":3,"logical_state":{"a":1}}`,
+		`{"group_id":"grp_1","node_id":"node_1","expected_generation":18446744073709551615}`,
+		`{"target":"att_1","evaluator":"e@1","reward":1e308,"verdict":"ok","evidence":[],"terminal":true,"backprop":true}`,
+		`{"node_id":"node_1","executor":"none","ttl_ms":-5,"root":"/mnt/./x/","retry_of":"att_1"}`,
+		`{"attempt_id":"att_1","logical_state":" \"s\" ","keep_running":true,"token":7}`,
+		`{"lease_id":"lease_1","token":1,"ttl_ms":1000}`, `{"node_id":"node_1","dir":"/d","rw":true}`, `{"dir":"//d/"}`,
+		`{"n":1.5}`, `{"reward":"NaN"}`, `{"policy":}`,
 	}
 	for i, s := range seeds {
-		f.Add(byte(i), []byte(s))
+		for j := range decoders {
+			f.Add(byte(i*len(decoders)+j), []byte(s))
+		}
 	}
 	f.Fuzz(func(t *testing.T, which byte, body []byte) {
-		r := httptest.NewRequest("POST", "/", bytes.NewReader(body))
-		var (
-			got any
-			err error
-		)
-		switch which % 3 {
-		case 0:
-			var req ImportRequest
-			req, err = decodeImport(r)
-			if err == nil && (!filepath.IsAbs(req.Source) || filepath.Clean(req.Source) != req.Source) {
-				t.Fatalf("accepted import source %q", req.Source)
-			}
-			got = req
-		case 1:
-			var req ExportRequest
-			req, err = decodeExport(r)
-			if err == nil && (req.ID == "" || !filepath.IsAbs(req.To) || filepath.Clean(req.To) != req.To) {
-				t.Fatalf("accepted export request %+v", req)
-			}
-			got = req
-		case 2:
-			got, err = decodeFsck(r)
-		}
+		d := decoders[int(which)%len(decoders)]
+		got, err := d.decode(httptest.NewRequest("POST", "/", bytes.NewReader(body)))
 		if err != nil {
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Fatalf("rejection is not invalid_argument: %v", err)
+				t.Fatalf("%s: rejection is not invalid_argument: %v", d.name, err)
 			}
 			return
 		}
-		again, err := json.Marshal(got)
+		if d.valid != nil && !d.valid(got) {
+			t.Fatalf("%s: accepted invalid request %+v", d.name, got)
+		}
+		enc, err := json.Marshal(got)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: accepted request does not encode: %v", d.name, err)
 		}
-		r2 := httptest.NewRequest("POST", "/", bytes.NewReader(again))
-		var got2 any
-		switch which % 3 {
-		case 0:
-			got2, err = decodeImport(r2)
-		case 1:
-			got2, err = decodeExport(r2)
-		case 2:
-			got2, err = decodeFsck(r2)
+		got2, err := d.decode(httptest.NewRequest("POST", "/", bytes.NewReader(enc)))
+		if err != nil {
+			t.Fatalf("%s: re-encoded %s is rejected: %v", d.name, enc, err)
 		}
-		if err != nil || got2 != got {
-			t.Fatalf("re-encoded %s decodes to %+v, %v; want %+v", again, got2, err, got)
+		enc2, err := json.Marshal(got2)
+		if err != nil || !bytes.Equal(enc, enc2) {
+			t.Fatalf("%s: re-encoded %s decodes to %s, %v", d.name, enc, enc2, err)
 		}
 	})
 }

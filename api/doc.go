@@ -12,14 +12,29 @@
 // Request context: each request carries a fabric.CallInfo with its
 // Idempotency-Key (mutations) and W3C trace ids. A valid traceparent is
 // continued, anything else starts a new trace; the response's traceparent
-// names the daemon's span.
+// names the daemon's span. A mutation sent without a key gets one made up
+// here ("api-..."), and every mutation's response names its key in the
+// Idempotency-Key header, so any caller can retry a lost reply.
+//
+// Graph and attempt endpoints (groups, fork, inspect, tree, promote,
+// evidence, evaluate, prune, activate, suspend, release, retry, renew,
+// mount, umount) take and return the fabric types as they are: their JSON
+// tags are the spec's names. jsonOp wires most of them: decode strictly,
+// call one Fabric method, encode. POST /v1/groups with only a source imports
+// it first.
 //
 // Streams: GET /v1/export/{id}.tar streams a tar. Errors before its first
 // byte are ordinary JSON errors; once streaming, a failure ends the stream
 // early with the trailers Esf-Status: error and Esf-Error: {"code",...}.
 // Only Esf-Status: ok marks a complete tar; Client.ExportTar checks it.
 // POST /v1/import with a tar Content-Type streams the request body into
-// the importer without buffering it.
+// the importer without buffering it; so does POST /v1/evidence (any bytes).
+// GET /v1/events streams JSON lines with the same trailers: Esf-Status ok
+// when a listing reached the end of the log. With follow=1 the handler
+// waits for new events (journal.Follow, no polling) and flushes each line;
+// it ends when the client goes away (its request context) or, with an
+// unavailable error in the trailers, when Serve begins to shut down, so a
+// follower never holds shutdown for the grace period.
 //
 // Socket: Listen creates it with mode 0600 by binding inside a private 0700
 // directory and renaming it into place, so no other user can ever connect,

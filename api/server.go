@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,11 @@ type Server struct {
 	// active counts handlers running, so that Serve can return only once
 	// none is left touching the Fabric.
 	active atomic.Int64
+	// stopping is closed when Serve begins to shut down: streams that never
+	// end by themselves (events?follow=1) end then, so that shutdown does
+	// not wait a whole grace period for them.
+	stopping chan struct{}
+	stopOnce sync.Once
 }
 
 // NewServer returns the handler of every /v1/ endpoint of f.
@@ -41,12 +47,15 @@ func NewServer(f *fabric.Fabric, opts ServerOptions) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{f: f, log: opts.Logger, mux: http.NewServeMux()}
+	s := &Server{f: f, log: opts.Logger, mux: http.NewServeMux(), stopping: make(chan struct{})}
 	s.handle("GET /v1/status", false, s.status)
 	s.handle("POST /v1/import", true, s.importContent)
 	s.handle("POST /v1/export", true, s.exportDir)
 	s.handle("GET /v1/export/{file}", false, s.exportTar)
 	s.handle("POST /v1/fsck", true, s.fsck)
+	s.routeGraph()
+	s.routeAttempts()
+	s.handle("GET /v1/events", false, s.events)
 	// Everything else, including a known path with the wrong method, is a
 	// JSON not_found rather than the mux's plain-text reply.
 	s.handle("/", false, func(w http.ResponseWriter, r *http.Request) error {
@@ -91,7 +100,14 @@ func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
 				return err
 			}
 			if mutating {
+				// Every mutation has a key: the caller's, or one made here
+				// and returned, so that even a caller that sent none can
+				// retry a reply it lost.
+				if key == "" {
+					key = "api-" + randomHex(16)
+				}
 				ci.IdempotencyKey = key
+				rec.Header().Set(HeaderIdempotencyKey, key)
 			}
 			r = r.WithContext(fabric.WithCallInfo(r.Context(), ci))
 			return h(rec, r)
@@ -413,6 +429,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down", "grace", grace.String())
+	s.stopOnce.Do(func() { close(s.stopping) })
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := hs.Shutdown(sctx)

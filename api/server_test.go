@@ -83,6 +83,10 @@ func newHarness(t *testing.T, grace time.Duration) *harness {
 			t.Errorf("Serve: %v", err)
 		}
 		h.done <- nil // for a second reader
+		// Attempts and the in-process projection must not outlive the test.
+		if err := h.f.StopAll(context.Background()); err != nil {
+			t.Errorf("StopAll: %v", err)
+		}
 		h.f.Close()
 	})
 	return h

@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/ingest"
 )
 
@@ -68,6 +69,24 @@ type FsckResponse struct {
 	Bad      []cas.ID `json:"bad"`      // sorted, never null
 }
 
+// The graph and attempt endpoints take and return the fabric types as they
+// are (fabric.ForkRequest, fabric.Inspection, journal.Group, ...); only the
+// shapes below are the API's own.
+
+// TreeResponse is the body of GET /v1/tree/{group_id}: the group's graph
+// and, for each node that has evaluations, the reward of its newest one.
+type TreeResponse struct {
+	fabric.TreeView
+	Rewards map[string]float64 `json:"rewards"` // node_id -> reward, never null
+}
+
+// EvidenceResponse is the result of POST /v1/evidence: the stored object.
+type EvidenceResponse struct {
+	ID   cas.ID `json:"id"`
+	Size int64  `json:"size"`
+	New  bool   `json:"new"` // false when the same bytes were stored already
+}
+
 // Headers of the API.
 const (
 	// HeaderIdempotencyKey names a mutation so that a retry returns the first
@@ -88,8 +107,10 @@ const (
 
 // Media types.
 const (
-	MediaJSON = "application/json"
-	MediaTar  = "application/x-tar"
+	MediaJSON   = "application/json"
+	MediaTar    = "application/x-tar"
+	MediaNDJSON = "application/x-ndjson" // GET /v1/events: one JSON event per line
+	MediaBinary = "application/octet-stream"
 )
 
 // tarMediaTypes are the Content-Types POST /v1/import takes as a tar stream;

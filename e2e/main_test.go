@@ -127,6 +127,9 @@ func startDaemon(t *testing.T, state ...string) *daemon {
 		if t.Failed() {
 			t.Logf("esfd log:\n%s", d.logs.String())
 		}
+		// What a stopped daemon leaves on purpose (attempt mounts, the
+		// projection server) must not outlive the test.
+		d.teardown()
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -365,14 +365,3 @@ func decode(what string, b []byte, v interface{ Validate() error }) error {
 	}
 	return nil
 }
-
-// MarshalJSON writes parents as [] rather than null for a root node, so
-// clients always see the list the spec names.
-func (n Node) MarshalJSON() ([]byte, error) {
-	type plain Node
-	p := plain(n)
-	if p.Parents == nil {
-		p.Parents = []string{}
-	}
-	return json.Marshal(p)
-}

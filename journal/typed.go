@@ -156,6 +156,9 @@ func GetNode(r Reader, id string) (Node, error) {
 // constant number of small reads and writes per parent, whatever the size of
 // the graph: fork stays O(1).
 func CreateNode(tx Tx, n Node) error {
+	if n.Parents == nil {
+		n.Parents = []string{} // a root node lists no parents, not null
+	}
 	key := recordKey(prefixNode, n.NodeID)
 	if err := n.Validate(); err != nil {
 		return err

@@ -77,6 +77,10 @@ type app struct {
 	json   bool // -o json
 	client *api.Client
 	socket string
+	// genKey is the idempotency key esfctl made up for this run's mutation
+	// (none was given); an error whose outcome is unknown names it, so the
+	// user can retry the same mutation at most once.
+	genKey string
 }
 
 // actionError marks an error returned by a verb's action, as opposed to one
@@ -135,6 +139,21 @@ func (a *app) root() *cli.Command {
 			a.importCommand(),
 			a.exportCommand(),
 			a.fsckCommand(),
+			a.groupCommand(),
+			a.forkCommand(),
+			a.inspectCommand(),
+			a.treeCommand(),
+			a.promoteCommand(),
+			a.evaluateCommand(),
+			a.pruneCommand(),
+			a.activateCommand(),
+			a.suspendCommand(),
+			a.releaseCommand(),
+			a.retryCommand(),
+			a.leaseCommand(),
+			a.mountCommand(),
+			a.umountCommand(),
+			a.eventsCommand(),
 		},
 		Reader:          a.stdin,
 		Writer:          a.stdout,
@@ -177,8 +196,18 @@ func (a *app) run(ctx context.Context, args []string) int {
 		err = &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: err.Error() + " (see esfctl --help)"}
 	}
 	e := errdefs.Wire(err)
+	if a.genKey != "" && outcomeUnknown(e.Code) {
+		e = &errdefs.Error{Code: e.Code, Message: fmt.Sprintf(
+			"%s (the mutation may have been applied: retry with --idempotency-key %s to apply it at most once)", e.Message, a.genKey)}
+	}
 	a.printError(e)
 	return exitStatus(e.Code)
+}
+
+// outcomeUnknown reports whether an error leaves the caller unsure whether
+// the daemon applied the mutation (the reply, not the request, may be lost).
+func outcomeUnknown(code errdefs.Code) bool {
+	return code == errdefs.CodeUnavailable || code == errdefs.CodeDeadlineExceeded || code == errdefs.CodeInternal
 }
 
 func (a *app) printError(e *errdefs.Error) {
@@ -228,21 +257,37 @@ func (a *app) table(rows [][2]string) {
 // idempotencyKeyFlag is the flag of every mutating verb.
 func idempotencyKeyFlag() cli.Flag {
 	return &cli.StringFlag{
-		Name:  "idempotency-key",
-		Usage: "key that makes a retry of this mutation return the first result (default: a fresh random key)",
+		Name: "idempotency-key",
+		Usage: "key that makes a retry of this mutation return the first result (default: a fresh random key, " +
+			"named in the error message when the outcome is unknown)",
 	}
 }
 
 // callOptions returns the per-call options of a mutating verb, generating
-// an idempotency key when none was given.
-func callOptions(cmd *cli.Command) api.CallOptions {
+// an idempotency key when none was given. A generated key is not printed
+// on success (the result is the result); it is named in the error when the
+// outcome is unknown (see run), which is the only time a retry needs it.
+func (a *app) callOptions(cmd *cli.Command) api.CallOptions {
 	key := cmd.String("idempotency-key")
 	if key == "" {
 		b := make([]byte, 16)
 		rand.Read(b)
 		key = "esfctl-" + hex.EncodeToString(b)
+		a.genKey = key
 	}
 	return api.CallOptions{IdempotencyKey: key}
+}
+
+// printRaw writes a JSON response body as the daemon sent it.
+func (a *app) printRaw(b []byte) error {
+	if _, err := a.stdout.Write(b); err != nil {
+		return err
+	}
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		_, err := io.WriteString(a.stdout, "\n")
+		return err
+	}
+	return nil
 }
 
 // exactArgs checks the number of positional arguments.

@@ -39,9 +39,9 @@ func (a *app) importCommand() *cli.Command {
 				err error
 			)
 			if src == "-" {
-				res, err = a.importStdin(ctx, callOptions(cmd))
+				res, err = a.importStdin(ctx, a.callOptions(cmd))
 			} else {
-				res, err = a.importPath(ctx, src, callOptions(cmd))
+				res, err = a.importPath(ctx, src, a.callOptions(cmd))
 			}
 			if err != nil {
 				return err
@@ -127,7 +127,7 @@ func (a *app) exportCommand() *cli.Command {
 			case tarFormat(to) != "":
 				return a.exportFile(ctx, id, to)
 			default:
-				return a.exportDir(ctx, id, to, callOptions(cmd))
+				return a.exportDir(ctx, id, to, a.callOptions(cmd))
 			}
 		}),
 	}

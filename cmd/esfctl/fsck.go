@@ -18,7 +18,7 @@ func (a *app) fsckCommand() *cli.Command {
 			if err := exactArgs(cmd, 0); err != nil {
 				return err
 			}
-			res, err := a.client.Fsck(ctx, callOptions(cmd))
+			res, err := a.client.Fsck(ctx, a.callOptions(cmd))
 			if err != nil {
 				return err
 			}

@@ -2,8 +2,16 @@
 // HTTP/JSON API on a unix socket until SIGTERM or SIGINT.
 //
 // The binary is also the entry point of esfd's helper processes (the FUSE
-// server runs as a child process of the same binary): each one is a hidden
-// subcommand of root, and the root action is the daemon itself.
+// projection server runs as a child process of the same binary, `esfd
+// fuse-server`): each one is a hidden subcommand of root, and the root
+// action is the daemon itself. `esfd stop-all` is the operator's full
+// teardown of what a stopped daemon deliberately leaves running (live
+// attempts' mounts and the projection server, which the next daemon adopts).
+//
+// Wiring: fabric.Open with the projection command, Recover (adopt or fail
+// the attempts a previous daemon left), the API on the socket, and a lease
+// reaper (ExpireLeases every second) that stops before the fabric closes.
+// containerd's logrus logger is routed into the daemon's slog handler.
 package main
 
 import (
@@ -39,12 +47,17 @@ func root() *cli.Command {
 		Description: "esfd keeps an immutable graph of filesystem checkpoints in a content-addressed\n" +
 			"store and serves the HTTP/JSON API of docs/openapi.yaml on a unix socket (mode 0600).\n" +
 			"esfctl is its client. SIGTERM or SIGINT shut it down gracefully; a second signal\n" +
-			"stops it at once.",
+			"stops it at once. Live attempts stay mounted and the projection server (a child\n" +
+			"process, `esfd fuse-server`) keeps running across a restart: the next esfd on the\n" +
+			"same state adopts them. `esfd stop-all --state DIR` tears them down.",
 		Flags:           serveFlags(),
 		Action:          serve,
 		HideHelpCommand: true,
 		// Helper processes of the daemon, started by esfd itself (never by
-		// users), are hidden subcommands here.
-		Commands: []*cli.Command{},
+		// users), are hidden subcommands here; stop-all is for operators.
+		Commands: []*cli.Command{
+			fuseServerCommand(),
+			stopAllCommand(),
+		},
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,45 @@ func TestFlagErrors(t *testing.T) {
 		if err := root().Run(context.Background(), args); err == nil {
 			t.Errorf("%q: no error", args)
 		}
+	}
+}
+
+// TestStopAllNeedsAStoppedDaemon: stop-all takes the state lock, so it
+// refuses while a daemon runs and succeeds (with nothing to stop) after.
+func TestStopAllNeedsAStoppedDaemon(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	t.Setenv("ESF_SOCKET", "")
+	t.Setenv("ESF_LOG_LEVEL", "error")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root().Run(ctx, []string{"esfd", "--state", state}) }()
+	c := api.NewClient(filepath.Join(state, "esfd.sock"))
+	defer c.Close()
+	waitServing(t, c)
+
+	err := root().Run(context.Background(), []string{"esfd", "stop-all", "--state", state})
+	if err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("stop-all while esfd runs: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if err := root().Run(context.Background(), []string{"esfd", "stop-all", "--state", state}); err != nil {
+		t.Fatalf("stop-all after esfd stopped: %v", err)
+	}
+}
+
+func waitServing(t *testing.T, c *api.Client) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := c.Status(context.Background()); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("daemon not answering")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

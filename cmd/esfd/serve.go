@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -17,25 +17,33 @@ import (
 
 const defaultState = "/var/lib/esf"
 
+func stateFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:    "state",
+		Usage:   "state directory (object store, journal, mounts)",
+		Value:   defaultState,
+		Sources: cli.EnvVars("ESF_STATE"),
+	}
+}
+
+func logLevelFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:    "log-level",
+		Usage:   "debug, info, warn or error",
+		Value:   "info",
+		Sources: cli.EnvVars("ESF_LOG_LEVEL"),
+	}
+}
+
 func serveFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{
-			Name:    "state",
-			Usage:   "state directory (object store, journal, mounts)",
-			Value:   defaultState,
-			Sources: cli.EnvVars("ESF_STATE"),
-		},
+		stateFlag(),
 		&cli.StringFlag{
 			Name:    "socket",
 			Usage:   "unix socket of the API (default: <state>/esfd.sock)",
 			Sources: cli.EnvVars("ESF_SOCKET"),
 		},
-		&cli.StringFlag{
-			Name:    "log-level",
-			Usage:   "debug, info, warn or error",
-			Value:   "info",
-			Sources: cli.EnvVars("ESF_LOG_LEVEL"),
-		},
+		logLevelFlag(),
 		&cli.DurationFlag{
 			Name:  "shutdown-grace",
 			Usage: "how long in-flight requests may run after SIGTERM",
@@ -44,43 +52,97 @@ func serveFlags() []cli.Flag {
 	}
 }
 
+// leaseReapInterval is how often the daemon fails attempts whose lease
+// expired. A lease's TTL is its promise; a second of slack is well within it.
+const leaseReapInterval = time.Second
+
 func serve(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() > 0 {
 		return fmt.Errorf("unexpected arguments %q (see esfd --help)", cmd.Args().Slice())
 	}
-	log, err := newLogger(cmd.String("log-level"))
+	level := cmd.String("log-level")
+	log, err := newLogger(level)
 	if err != nil {
 		return err
 	}
-	state := cmd.String("state")
+	routeContainerdLog(log)
+	state, err := filepath.Abs(cmd.String("state"))
+	if err != nil {
+		return err
+	}
 	socket := cmd.String("socket")
 	if socket == "" {
 		socket = filepath.Join(state, "esfd.sock")
 	}
+	projection, err := projectionCommand(state, level)
+	if err != nil {
+		return err
+	}
 
-	f, err := fabric.Open(ctx, fabric.Options{StateDir: state, Logger: log})
+	f, err := fabric.Open(ctx, fabric.Options{StateDir: state, Logger: log, ProjectionCommand: projection})
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	// Adopt the attempts a previous daemon left (their mounts and the
+	// projection server outlive it), before any request can touch them.
+	// An attempt that cannot be recovered is failed by Recover itself;
+	// what it reports is logged, never fatal: the rest of the graph is fine.
+	if err := f.Recover(ctx); err != nil {
+		log.Error("recovery incomplete", "err", err)
+	}
 	ln, err := api.Listen(socket)
 	if err != nil {
 		return err
 	}
+
+	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
+	var reaper sync.WaitGroup
+	reaper.Go(func() { reapLeases(reapCtx, f, log, leaseReapInterval) })
+	// Runs before f.Close (deferred earlier): the reaper never outlives the
+	// fabric it uses.
+	defer func() {
+		stopReaper()
+		reaper.Wait()
+	}()
+
 	log.Info("listening", "socket", socket, "state_dir", f.StateDir(), "version", fabric.Version, "pid", os.Getpid())
 	srv := api.NewServer(f, api.ServerOptions{Logger: log})
 	if err := srv.Serve(ctx, ln, cmd.Duration("shutdown-grace")); err != nil {
 		return err
 	}
+	// Close leaves the projection server and live attempts' mounts running
+	// for the next daemon to adopt; `esfd stop-all` tears them down.
 	log.Info("stopped")
 	return nil
 }
 
-// newLogger builds the daemon's only slog handler: JSON lines on stderr.
-func newLogger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(strings.ToLower(level))); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+// projectionCommand runs this same binary as the projection server.
+func projectionCommand(state, level string) ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable for the projection server: %w", err)
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	return []string{exe, "fuse-server", "--state", state, "--log-level", level}, nil
+}
+
+// reapLeases fails attempts whose lease expired, every interval, until ctx
+// ends.
+func reapLeases(ctx context.Context, f *fabric.Fabric, log *slog.Logger, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := f.ExpireLeases(ctx)
+		if n > 0 {
+			log.Info("leases expired", "attempts_failed", n)
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Error("expire leases", "err", err)
+		}
+	}
 }

@@ -1,0 +1,229 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/fabric"
+)
+
+// The graph and attempt endpoints. Their bodies are the fabric request and
+// result types themselves (their JSON tags are the spec's field names), so
+// the API adds no second vocabulary; the decoders below only check what
+// the transport owns (strict JSON, host paths) and leave the meaning of a
+// request to fabric.
+
+func (s *Server) routeGraph() {
+	s.handle("POST /v1/groups", true, s.createGroup)
+	s.handle("POST /v1/fork", true, jsonOp(decodeFork, s.f.Fork))
+	s.handle("GET /v1/inspect/{id}", false, s.inspect)
+	s.handle("GET /v1/tree/{group_id}", false, s.tree)
+	s.handle("POST /v1/promote", true, jsonOp(decodePromote, s.f.Promote))
+	s.handle("POST /v1/evidence", true, s.putEvidence)
+	s.handle("POST /v1/evaluate", true, jsonOp(decodeEvaluate, s.f.Evaluate))
+	s.handle("POST /v1/prune", true, jsonOp(decodePrune, s.f.Prune))
+}
+
+func (s *Server) routeAttempts() {
+	s.handle("POST /v1/activate", true, jsonOp(decodeActivate, s.f.Activate))
+	s.handle("POST /v1/suspend", true, jsonOp(decodeSuspend, s.f.Suspend))
+	s.handle("POST /v1/release", true, jsonOp(decodeRelease, s.f.Release))
+	s.handle("POST /v1/retry", true, jsonOp(decodeRetry, s.f.Retry))
+	s.handle("POST /v1/renew", true, jsonOp(decodeRenew, s.f.Renew))
+	s.handle("POST /v1/mount", true, jsonOp(decodeMount, s.f.Mount))
+	s.handle("POST /v1/umount", true, jsonOp(decodeUmount, s.f.Umount))
+}
+
+// jsonOp is the handler of an endpoint that decodes one request, calls one
+// fabric operation and returns its result.
+func jsonOp[Req, Res any](decode func(*http.Request) (Req, error), op func(context.Context, Req) (Res, error)) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		req, err := decode(r)
+		if err != nil {
+			return err
+		}
+		res, err := op(r.Context(), req)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	}
+}
+
+// decodeRequest decodes a JSON request body strictly (see decodeJSON) and
+// then lets check normalise and validate it.
+func decodeRequest[T any](r *http.Request, check func(*T) error) (T, error) {
+	var zero T
+	if mt := mediaType(r.Header.Get("Content-Type")); mt != "" && mt != MediaJSON {
+		return zero, fmt.Errorf("Content-Type %q: want %s: %w", mt, MediaJSON, errdefs.ErrInvalidArgument)
+	}
+	req, err := decodeJSON[T](r.Body)
+	if err != nil {
+		return zero, err
+	}
+	if check != nil {
+		if err := check(&req); err != nil {
+			return zero, err
+		}
+	}
+	return req, nil
+}
+
+// absentIfNull makes an explicit JSON null mean "not given", as an omitted
+// field does, so both fingerprint and behave alike.
+func absentIfNull(b json.RawMessage) json.RawMessage {
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return nil
+	}
+	return b
+}
+
+func decodeCreateGroup(r *http.Request) (fabric.CreateGroupRequest, error) {
+	return decodeRequest(r, func(req *fabric.CreateGroupRequest) error {
+		req.Policy = absentIfNull(req.Policy)
+		req.LogicalState = absentIfNull(req.LogicalState)
+		if req.RootID != "" {
+			return nil // source, if any, only describes where the root came from
+		}
+		if req.Source == "" {
+			return fmt.Errorf("create group: root_id or source is required: %w", errdefs.ErrInvalidArgument)
+		}
+		var err error
+		req.Source, err = hostPath("source", req.Source)
+		return err
+	})
+}
+
+// createGroup imports source first when no root_id is given. The import is
+// content-addressed, so a retry stores nothing new and finds the same root;
+// the create itself is keyed by the request's idempotency key.
+func (s *Server) createGroup(w http.ResponseWriter, r *http.Request) error {
+	req, err := decodeCreateGroup(r)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	if req.RootID == "" {
+		imp, err := s.f.Import(ctx, fabric.ImportSource{Path: req.Source})
+		if err != nil {
+			return fmt.Errorf("create group: %w", err)
+		}
+		req.RootID = imp.Root.String()
+	}
+	res, err := s.f.CreateGroup(ctx, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+func decodeFork(r *http.Request) (fabric.ForkRequest, error) {
+	return decodeRequest(r, func(req *fabric.ForkRequest) error {
+		req.LogicalState = absentIfNull(req.LogicalState)
+		return nil
+	})
+}
+
+func decodePromote(r *http.Request) (fabric.PromoteRequest, error) {
+	return decodeRequest[fabric.PromoteRequest](r, nil)
+}
+
+func decodeEvaluate(r *http.Request) (fabric.EvaluateRequest, error) {
+	return decodeRequest(r, func(req *fabric.EvaluateRequest) error {
+		if len(req.Evidence) == 0 {
+			req.Evidence = nil // [] and absent are the same request
+		}
+		return nil
+	})
+}
+
+func decodePrune(r *http.Request) (fabric.PruneRequest, error) {
+	return decodeRequest[fabric.PruneRequest](r, nil)
+}
+
+func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
+	res, err := s.f.Inspect(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+func (s *Server) tree(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id := r.PathValue("group_id")
+	tv, err := s.f.Tree(ctx, id)
+	if err != nil {
+		return err
+	}
+	rewards, err := s.f.LatestRewards(ctx, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, TreeResponse{TreeView: tv, Rewards: rewards})
+	return nil
+}
+
+// putEvidence stores the body, any bytes, as one object. It is naturally
+// idempotent: the same bytes are the same object.
+func (s *Server) putEvidence(w http.ResponseWriter, r *http.Request) error {
+	info, created, err := s.f.Store().Put(r.Context(), r.Body)
+	if err != nil {
+		return fmt.Errorf("store evidence: %w", err)
+	}
+	writeJSON(w, http.StatusOK, EvidenceResponse{ID: info.ID, Size: info.Size, New: created})
+	return nil
+}
+
+func decodeActivate(r *http.Request) (fabric.ActivateRequest, error) {
+	return decodeRequest(r, func(req *fabric.ActivateRequest) error {
+		if req.Root == "" {
+			return nil
+		}
+		var err error
+		req.Root, err = hostPath("root", req.Root)
+		return err
+	})
+}
+
+func decodeSuspend(r *http.Request) (fabric.SuspendRequest, error) {
+	return decodeRequest(r, func(req *fabric.SuspendRequest) error {
+		req.LogicalState = absentIfNull(req.LogicalState)
+		return nil
+	})
+}
+
+func decodeRelease(r *http.Request) (fabric.ReleaseRequest, error) {
+	return decodeRequest[fabric.ReleaseRequest](r, nil)
+}
+
+func decodeRetry(r *http.Request) (fabric.RetryRequest, error) {
+	return decodeRequest[fabric.RetryRequest](r, nil)
+}
+
+func decodeRenew(r *http.Request) (fabric.RenewRequest, error) {
+	return decodeRequest[fabric.RenewRequest](r, nil)
+}
+
+func decodeMount(r *http.Request) (fabric.MountRequest, error) {
+	return decodeRequest(r, func(req *fabric.MountRequest) error {
+		var err error
+		req.Dir, err = hostPath("dir", req.Dir)
+		return err
+	})
+}
+
+func decodeUmount(r *http.Request) (fabric.UmountRequest, error) {
+	return decodeRequest(r, func(req *fabric.UmountRequest) error {
+		var err error
+		req.Dir, err = hostPath("dir", req.Dir)
+		return err
+	})
+}
