@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -53,6 +54,12 @@ type ActivateRequest struct {
 	// NoQueue refuses with quota_exceeded instead of queueing when the
 	// daemon is at capacity.
 	NoQueue bool `json:"no_queue,omitempty"`
+	// For runc attempts: the container's limits and defaults for execs.
+	Pids    int64    `json:"pids,omitempty"`
+	CPUs    float64  `json:"cpus,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	Workdir string   `json:"workdir,omitempty"`
+	User    string   `json:"user,omitempty"` // UID[:GID]
 }
 
 // Activate creates an active attempt on a draft or sealed node with a fresh
@@ -67,7 +74,19 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 	if req.Executor == "" {
 		req.Executor = ExecutorNone
 	}
-	if req.Executor != ExecutorNone {
+	var container *ContainerConfig
+	switch req.Executor {
+	case ExecutorNone:
+	case ExecutorRunc:
+		if f.exec == nil {
+			return AttemptView{}, fmt.Errorf("activate: this daemon has no runc executor: %w", journal.ErrUnsupported)
+		}
+		container = &ContainerConfig{Env: req.Env, Workdir: req.Workdir, User: req.User, Network: "none",
+			Limits: executor.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids, CPUs: req.CPUs}}
+		if _, err := container.spec("/"); err != nil {
+			return AttemptView{}, fmt.Errorf("activate: %w", err)
+		}
+	default:
 		return AttemptView{}, fmt.Errorf("activate: executor %q: %w", req.Executor, journal.ErrUnsupported)
 	}
 	if err := journal.CheckID(journal.KindNode, req.NodeID); err != nil {
@@ -143,12 +162,11 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 			if err := startInTx(tx, ci, f.ids, &a, ttl.Milliseconds()); err != nil {
 				return nil, err
 			}
-		} else {
-			// A queued attempt keeps what its start needs beside it.
-			b, _ := json.Marshal(rtData{TTLMillis: ttl.Milliseconds(), MemoryBytes: mem})
-			if err := journal.PutAttemptRuntime(tx, journal.AttemptRuntime{AttemptID: aid, Worker: f.worker, Data: b}); err != nil {
-				return nil, err
-			}
+		}
+		// What the start (now or when dequeued) and restarts need.
+		b, _ := json.Marshal(rtData{TTLMillis: ttl.Milliseconds(), MemoryBytes: mem, Container: container})
+		if err := journal.PutAttemptRuntime(tx, journal.AttemptRuntime{AttemptID: aid, Worker: f.worker, Data: b}); err != nil {
+			return nil, err
 		}
 		return journal.GetAttempt(tx, aid)
 	})
@@ -185,6 +203,10 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 	// The mount follows the commit; a replay of the same key lands here too
 	// and finds the attempt already mounted.
 	if err := f.ensureMounted(ctx, a, req.Root); err != nil {
+		f.failAttempt(context.WithoutCancel(ctx), a.AttemptID, err)
+		return AttemptView{}, fmt.Errorf("activate: %w", err)
+	}
+	if err := f.startContainer(ctx, a); err != nil {
 		f.failAttempt(context.WithoutCancel(ctx), a.AttemptID, err)
 		return AttemptView{}, fmt.Errorf("activate: %w", err)
 	}
@@ -364,6 +386,10 @@ func releaseInTx(tx journal.Tx, ci CallInfo, attemptID string, to journal.Attemp
 
 // removeDelta unmounts an attempt's root and deletes its private delta.
 func (f *Fabric) removeDelta(a journal.Attempt, rt *journal.AttemptRuntime) error {
+	// The container goes first: it holds the root busy.
+	if err := f.stopContainer(context.Background(), a); err != nil {
+		return err
+	}
 	f.mountMu.Lock()
 	defer f.mountMu.Unlock()
 	root := filepath.Join(f.attemptDir(a.AttemptID), "root")
@@ -516,8 +542,11 @@ func checkMountDir(dir string) (string, error) {
 		return "", err
 	}
 	fi, err := os.Lstat(abs)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("mount dir %s does not exist: %w", abs, journal.ErrNotFound)
+	}
 	if err != nil {
-		return "", fmt.Errorf("mount dir %s: %w", abs, errors.Join(err, journal.ErrNotFound))
+		return "", fmt.Errorf("mount dir %s: %w", abs, err)
 	}
 	if !fi.IsDir() {
 		return "", fmt.Errorf("mount dir %s is not a directory: %w", abs, journal.ErrInvalidArgument)

@@ -292,7 +292,8 @@ type EvaluateRequest struct {
 	Evaluator string  `json:"evaluator"`
 	Reward    float64 `json:"reward"`
 	Verdict   string  `json:"verdict"`
-	// Evidence holds hex ids of objects already stored (see PutEvidence).
+	// Evidence holds hex ids of objects already stored (the API uploads them
+	// through POST /v1/evidence first).
 	Evidence []string `json:"evidence,omitempty"`
 	Terminal bool     `json:"terminal,omitempty"`
 	Backprop bool     `json:"backprop,omitempty"`

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -83,8 +85,12 @@ func (p *projection) Stop() error {
 	}
 	if p.proc == nil {
 		// Not started by us this time; a server from an earlier run may
-		// still be there.
-		p.proc = &fusefs.Process{Mount: p.mnt}
+		// still be there: its pid file lets Stop wait for it to exit.
+		pid := 0
+		if b, err := os.ReadFile(p.pidFile); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		p.proc = &fusefs.Process{Pid: pid, Mount: p.mnt}
 	}
 	if err := p.proc.Stop(); err != nil {
 		return err
@@ -102,6 +108,8 @@ type rtData struct {
 	// MemoryBytes stays as its reservation against the memory quota.
 	TTLMillis   int64 `json:"ttl_ms,omitempty"`
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// Container is the runc attempt's container configuration.
+	Container *ContainerConfig `json:"container,omitempty"`
 }
 
 func (d rtData) json() json.RawMessage {

@@ -177,6 +177,9 @@ func (f *Fabric) startQueued(ctx context.Context, id string) {
 	if err == nil {
 		err = f.ensureMounted(ctx, a, "")
 	}
+	if err == nil {
+		err = f.startContainer(ctx, a)
+	}
 	if err != nil {
 		f.log.Error("start queued attempt", "attempt_id", id, "err", err)
 		f.failAttempt(ctx, id, err)

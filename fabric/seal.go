@@ -10,6 +10,7 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/fusefs"
 	"github.com/esf-dev/esf/ingest"
 	"github.com/esf-dev/esf/journal"
@@ -100,6 +101,10 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	if err != nil {
 		return res, err
 	}
+	// A GC session: what the seal stores or re-uses, and the base, stay
+	// until the node that names them is committed.
+	leave := f.store.Enter(baseID)
+	defer leave()
 
 	// Quiesce: the attempt stops being active before anything is read.
 	if err := f.setAttemptState(ctx, ci, a.AttemptID, journal.AttemptActive, journal.AttemptQuiescing); err != nil {
@@ -108,14 +113,37 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	if err := failpoint.Inject(fpSealQuiesced); err != nil {
 		return res, err
 	}
+	// A container's processes stop for the seal: the delta no longer
+	// changes under the walk (a consistent checkpoint of a live sandbox).
+	var d rtData
+	json.Unmarshal(a.Runtime.Data, &d)
+	var exclude []string
+	if a.Executor == ExecutorRunc && f.exec != nil {
+		exclude = executor.Footprint()
+		if err := f.exec.Freeze(ctx, a.AttemptID); err != nil {
+			f.setAttemptState(context.WithoutCancel(ctx), ci, a.AttemptID, journal.AttemptQuiescing, journal.AttemptActive)
+			return res, fmt.Errorf("suspend: freeze: %w", err)
+		}
+		defer func() {
+			// Thaw a container that keeps running, or that goes on after a
+			// failed seal; a released one was stopped instead.
+			if info, err := f.exec.State(context.WithoutCancel(ctx), a.AttemptID); err == nil && info.Status == executor.StatusPaused {
+				if err := f.exec.Thaw(context.WithoutCancel(ctx), a.AttemptID); err != nil {
+					f.log.Error("thaw after seal", "attempt_id", a.AttemptID, "err", err)
+				}
+			}
+		}()
+	}
+	env, _ := json.Marshal(map[string]any{"executor": a.Executor, "container": d.Container, "base_root_id": base})
 	start := time.Now()
-	sealed, err := ingest.Upper(ctx, f.store, baseID, delta.Layout{Dir: a.Runtime.PrivateDelta}.Upper(), ingest.Options{Logger: f.log})
+	sealed, err := ingest.Upper(ctx, f.store, baseID, delta.Layout{Dir: a.Runtime.PrivateDelta}.Upper(),
+		ingest.Options{Logger: f.log, Exclude: exclude})
 	if err == nil {
 		err = failpoint.Inject(fpSealWritten)
 	}
 	if err == nil {
 		err = f.mutate(ctx, OpSuspend, req, &res, func(tx journal.Tx, ci CallInfo) (any, error) {
-			return commitSeal(tx, ci, f.ids, req, sealed.Root.String())
+			return commitSeal(tx, ci, f.ids, req, sealed.Root.String(), env)
 		})
 	}
 	if err != nil {
@@ -133,7 +161,7 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 
 // commitSeal publishes a seal: the node (a draft sealed in place, or a new
 // child) and the attempt's new state, in the caller's transaction.
-func commitSeal(tx journal.Tx, ci CallInfo, ids *journal.IDGen, req SuspendRequest, root string) (SuspendResult, error) {
+func commitSeal(tx journal.Tx, ci CallInfo, ids *journal.IDGen, req SuspendRequest, root string, env json.RawMessage) (SuspendResult, error) {
 	a, err := journal.GetAttempt(tx, req.AttemptID)
 	if err != nil {
 		return SuspendResult{}, err
@@ -149,7 +177,7 @@ func commitSeal(tx journal.Tx, ci CallInfo, ids *journal.IDGen, req SuspendReque
 	if state == nil {
 		state = n.LogicalState
 	}
-	prov := journal.Provenance{Op: "seal", AttemptID: a.AttemptID, Executor: a.Executor,
+	prov := journal.Provenance{Op: "seal", AttemptID: a.AttemptID, Executor: a.Executor, Environment: env,
 		IdempotencyKey: ci.IdempotencyKey, TraceID: ci.TraceID}
 	var out journal.Node
 	if n.Status == journal.NodeDraft && a.ResultNodeID == "" {
@@ -325,13 +353,36 @@ func (f *Fabric) Recover(ctx context.Context) error {
 			if a.Runtime != nil {
 				root = a.Runtime.Mount
 			}
-			if err = f.ensureMounted(ctx, a.Attempt, root); err != nil {
+			if err = f.ensureMounted(ctx, a.Attempt, root); err == nil {
+				// A container that survived is adopted as it is; one that
+				// did not starts again on the same root.
+				err = f.startContainer(ctx, a.Attempt)
+			}
+			if err != nil {
 				f.failAttempt(ctx, id, err)
 				err = nil
 			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("recover attempt %s: %w", id, err))
+		}
+	}
+	// Containers of attempts that are no longer live are leftovers.
+	if f.exec != nil {
+		liveSet := map[string]bool{}
+		for _, id := range live {
+			liveSet[id] = true
+		}
+		infos, err := f.exec.List(ctx, string(journal.KindAttempt)+"_")
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, info := range infos {
+			if !liveSet[info.ID] {
+				if err := f.exec.Stop(ctx, info.ID); err != nil {
+					errs = append(errs, err)
+				}
+			}
 		}
 	}
 	// Queued attempts wait in creation order (ids are time-ordered); start

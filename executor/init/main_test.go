@@ -1,0 +1,89 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestReap: children that exited are zombies until reap, and none after.
+func TestReap(t *testing.T) {
+	var pids []int
+	for range 3 {
+		// ForkExec rather than os/exec: nothing else may wait for them.
+		pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
+		if err != nil {
+			t.Skipf("fork /bin/true: %v", err)
+		}
+		pids = append(pids, pid)
+	}
+	state := func(pid int) byte {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil {
+			return 0 // gone
+		}
+		for i := len(b) - 1; i >= 0; i-- {
+			if b[i] == ')' && i+2 < len(b) {
+				return b[i+2]
+			}
+		}
+		return '?'
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for state(pid) != 'Z' {
+			if time.Now().After(deadline) {
+				t.Fatalf("child %d never became a zombie (state %c)", pid, state(pid))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	reap()
+	for _, pid := range pids {
+		if s := state(pid); s != 0 {
+			t.Errorf("child %d still in state %c after reap", pid, s)
+		}
+	}
+	reap() // nothing left: returns at once
+}
+
+// TestSIGTERM: the built binary stays up until SIGTERM, then exits 0.
+func TestSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "init")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Skipf("go build: %v: %s", err, out)
+	}
+	cmd := exec.Command(bin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Fatalf("init exited on its own: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("init exited with %v after SIGTERM", err)
+		}
+	case <-time.After(5 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("init ignored SIGTERM")
+	}
+}

@@ -1,0 +1,62 @@
+// Package runc is the OCI/Linux executor: containers run by the runc binary
+// (Debian's package), driven through containerd's go-runc, with specs built
+// by containerd's pkg/oci helpers and its default seccomp profile.
+//
+// Every container gets containerd's default spec: fresh pid, ipc, uts,
+// mount and network namespaces (the network namespace has only a loopback,
+// which runc brings up), the default capability set, no-new-privileges,
+// masked and read-only kernel paths, the default device cgroup, and the
+// seccomp profile. Its root is the caller's directory, read-write (the
+// attempt's overlay root). Its PID 1 is the worker's static init
+// (executor/init), bind-mounted read-only at executor.InitPath, so an image
+// needs no helper at all; it is exempt from the OOM killer (when the daemon
+// holds CAP_SYS_RESOURCE), since its death would end the container. Limits
+// map to cgroups: memory limit, pids limit, CFS quota. The cgroup is
+// /<Namespace>/<id> in every hierarchy.
+//
+// State layout under Options.StateDir, all of it private (0700):
+//
+//	runc/                 runc's --root (its state of every container)
+//	bundles/<id>/         config.json, footprint.json, runc.log, exec-*/
+//
+// Nothing else is kept, in memory or elsewhere: a restarted daemon finds
+// every container again by id (List, then use or Stop), and Stop of an id
+// removes whatever a crash left, from runc's state to the bundle.
+//
+// Exec runs "runc exec" in the foreground with a full process spec derived
+// from the container's (so capabilities, rlimits and no-new-privileges
+// carry over). runc stays the process's parent, reaps it and exits with its
+// status, 128+N for a signal, so the daemon needs no subreaper (runc
+// --detach would reparent every exec'd process to the daemon). The host pid
+// comes from runc's pid file: its appearance is how Exec knows the process
+// started, and its absence when runc exits means it never did (runc's log
+// then says why, and Exec returns that as its error).
+//
+// Output: in the foreground runc copies the process's stdout and stderr
+// through pipes of its own and exits when they close, so an exec ends when
+// its process has exited and nothing holds its output any more: a
+// background process that keeps stdout open holds Wait until it exits, as
+// with docker exec or ssh. Exec pumps runc's pipes into the caller's
+// writers as data arrives. With a TTY, runc makes the container's pty and
+// proxies it to its own stdio, the slave of a host pty whose master Exec
+// keeps: output (stdout and stderr merged, as on any terminal) is read
+// from it, input written to it, and Resize sizes it and sends runc the
+// SIGWINCH on which runc copies the size inward.
+//
+// Kill: the exec'd process is a session leader (runc calls setsid). When
+// an exec's context ends, Exec kills the process, its session and its
+// descendants, found through the container's cgroup and signalled through
+// pidfds checked against the start time, so a recycled pid is never hit.
+// A daemon that left both the session and the tree before the kill lives
+// on until Stop; if it holds runc's pipes, runc itself is killed after a
+// grace period so that Wait still returns.
+//
+// runc itself is always called with a context that a caller's cancellation
+// does not reach (go-runc would SIGKILL runc, which leaves half-made
+// containers and orphaned processes); control commands are bounded by
+// Options.CommandTimeout instead, and cancellation is honoured between them
+// (Start that sees its context end removes what it made).
+//
+// Concurrency: an Executor is safe for concurrent use. Start, Freeze, Thaw
+// and Stop of one id are serialised by a lock per id; Exec takes no lock.
+package runc

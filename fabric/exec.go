@@ -1,0 +1,172 @@
+package fabric
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/esf-dev/esf/executor"
+	"github.com/esf-dev/esf/journal"
+)
+
+// Execution: an attempt activated with the runc executor gets one
+// container whose root is the attempt's overlay root, started after the
+// mount and stopped before the unmount; suspend freezes it for the seal.
+// The container's id is the attempt's id, so a restarted daemon finds its
+// containers again (Recover).
+
+// ExecutorRunc names the OCI/Linux executor.
+const ExecutorRunc = "runc"
+
+// ContainerConfig is what an attempt's container runs with. It is pinned in
+// the attempt's runtime record (to restart it) and in the provenance of
+// nodes the attempt seals (the environment of FR-10).
+type ContainerConfig struct {
+	Env     []string         `json:"env,omitempty"`
+	Workdir string           `json:"workdir,omitempty"`
+	User    string           `json:"user,omitempty"` // UID:GID
+	Limits  executor.Limits  `json:"limits"`
+	Network string           `json:"network"` // "none": a namespace with loopback only
+	Mounts  []executor.Mount `json:"mounts,omitempty"`
+}
+
+func (c ContainerConfig) spec(rootfs string) (executor.Spec, error) {
+	s := executor.Spec{Rootfs: rootfs, Env: c.Env, Workdir: c.Workdir, Limits: c.Limits, Mounts: c.Mounts}
+	if c.User != "" {
+		u, err := executor.ParseUser(c.User)
+		if err != nil {
+			return s, err
+		}
+		s.User = u
+	}
+	return s, s.Validate()
+}
+
+// startContainer starts a runc attempt's container on its mounted root,
+// unless it already runs (a replayed activation, an adopted attempt).
+func (f *Fabric) startContainer(ctx context.Context, a journal.Attempt) error {
+	if a.Executor != ExecutorRunc {
+		return nil
+	}
+	if f.exec == nil {
+		return fmt.Errorf("attempt %s: no runc executor configured: %w", a.AttemptID, journal.ErrUnsupported)
+	}
+	v, err := f.attemptView(ctx, a.AttemptID)
+	if err != nil {
+		return err
+	}
+	if v.Runtime == nil {
+		return fmt.Errorf("attempt %s is not mounted: %w", a.AttemptID, journal.ErrFailedPrecondition)
+	}
+	if info, err := f.exec.State(ctx, a.AttemptID); err == nil && info.Status != executor.StatusStopped {
+		return nil
+	}
+	var d rtData
+	json.Unmarshal(v.Runtime.Data, &d)
+	cfg := ContainerConfig{Network: "none"}
+	if d.Container != nil {
+		cfg = *d.Container
+	}
+	spec, err := cfg.spec(v.Runtime.Mount)
+	if err != nil {
+		return err
+	}
+	return f.exec.Start(ctx, a.AttemptID, spec)
+}
+
+// stopContainer stops an attempt's container if it has one.
+func (f *Fabric) stopContainer(ctx context.Context, a journal.Attempt) error {
+	if a.Executor != ExecutorRunc || f.exec == nil {
+		return nil
+	}
+	return f.exec.Stop(ctx, a.AttemptID)
+}
+
+// ExecRequest runs one command in an attempt.
+type ExecRequest struct {
+	AttemptID string   `json:"attempt_id"`
+	Args      []string `json:"args"`
+	Env       []string `json:"env,omitempty"`
+	Workdir   string   `json:"workdir,omitempty"`
+	User      string   `json:"user,omitempty"`
+	TTY       bool     `json:"tty,omitempty"`
+	Rows      uint16   `json:"rows,omitempty"`
+	Cols      uint16   `json:"cols,omitempty"`
+	Stdin     bool     `json:"stdin,omitempty"`
+	// TimeoutMillis kills the command after that long (deadline_exceeded).
+	TimeoutMillis int64 `json:"timeout_ms,omitempty"`
+}
+
+// ExecStreams connect a command to its caller.
+type ExecStreams struct {
+	Stdout, Stderr io.Writer
+	// Started is called once the process runs, with its stdin (nil unless
+	// requested) and a resize function (nil without a TTY).
+	Started func(stdin io.WriteCloser, resize func(rows, cols uint16) error)
+}
+
+// ExecResult is how a command ended.
+type ExecResult struct {
+	ExitCode int   `json:"exit_code"`
+	Millis   int64 `json:"ms"`
+}
+
+// Exec runs a command in a live runc attempt. The command ends on its own,
+// at its timeout, or when ctx ends (a client that disconnects); in the last
+// two cases it and its descendants are killed and the error wraps
+// context.DeadlineExceeded or context.Canceled (deadline_exceeded).
+func (f *Fabric) Exec(ctx context.Context, req ExecRequest, streams ExecStreams) (ExecResult, error) {
+	if err := journal.CheckID(journal.KindAttempt, req.AttemptID); err != nil {
+		return ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
+	if req.TimeoutMillis < 0 {
+		return ExecResult{}, fmt.Errorf("exec: negative timeout: %w", journal.ErrInvalidArgument)
+	}
+	a, err := f.attemptView(ctx, req.AttemptID)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
+	if a.State != journal.AttemptActive {
+		return ExecResult{}, fmt.Errorf("exec: attempt %s is %s: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
+	}
+	if a.Executor != ExecutorRunc || f.exec == nil {
+		return ExecResult{}, fmt.Errorf("exec: attempt %s runs executor %q, which takes no commands: %w", a.AttemptID, a.Executor, journal.ErrUnsupported)
+	}
+	spec := executor.ExecSpec{Args: req.Args, Env: req.Env, Workdir: req.Workdir, TTY: req.TTY, Stdin: req.Stdin,
+		Size: executor.WinSize{Rows: req.Rows, Cols: req.Cols}, Stdout: streams.Stdout, Stderr: streams.Stderr}
+	if req.User != "" {
+		u, err := executor.ParseUser(req.User)
+		if err != nil {
+			return ExecResult{}, fmt.Errorf("exec: %w", err)
+		}
+		spec.User = &u
+	}
+	if err := spec.Validate(); err != nil {
+		return ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
+	if req.TimeoutMillis > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMillis)*time.Millisecond)
+		defer cancel()
+	}
+	start := time.Now()
+	p, err := f.exec.Exec(ctx, a.AttemptID, spec)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("exec: %w", err)
+	}
+	if streams.Started != nil {
+		var resize func(rows, cols uint16) error
+		if req.TTY {
+			resize = func(rows, cols uint16) error { return p.Resize(executor.WinSize{Rows: rows, Cols: cols}) }
+		}
+		streams.Started(p.Stdin(), resize)
+	}
+	code, err := p.Wait()
+	res := ExecResult{ExitCode: code, Millis: time.Since(start).Milliseconds()}
+	if err != nil {
+		return res, fmt.Errorf("exec: %w", err)
+	}
+	return res, nil
+}
