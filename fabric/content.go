@@ -223,6 +223,10 @@ type ImportSource struct {
 // Import stores src and returns its root tree. Importing content that is
 // already stored writes nothing (Result.NewObjects is 0).
 func (f *Fabric) Import(ctx context.Context, src ImportSource) (ingest.Result, error) {
+	// A GC session for the import itself; the root it returns is pinned
+	// only once a group names it (group create --from SRC does both).
+	leave := f.store.Enter()
+	defer leave()
 	opts := ingest.Options{Logger: f.log.With("op", "import"), TempDir: f.tmpDir}
 	switch {
 	case src.Path != "" && src.Tar != nil:

@@ -16,6 +16,8 @@ import (
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/local"
 	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/executor"
+	"github.com/esf-dev/esf/gc"
 	"github.com/esf-dev/esf/journal"
 	journalpebble "github.com/esf-dev/esf/journal/pebble"
 )
@@ -50,6 +52,8 @@ type Options struct {
 	// runs at once (FR-08); zero means unbounded.
 	MaxLiveAttempts int
 	MaxMemoryBytes  int64
+	// Executor runs runc attempts; nil refuses them (unsupported).
+	Executor executor.Executor
 }
 
 // Validate reports whether o can be opened, without touching the disk.
@@ -90,7 +94,10 @@ type Fabric struct {
 
 	lock  *os.File     // flock on <state>/lock, held until Close
 	local *local.Store // the disk store, for paths (FUSE passthrough, fsck repair)
-	store *countingStore
+	// counting keeps the object tally of Status; store, the GC tracker
+	// around it, is what every operation reads and writes through.
+	counting *countingStore
+	store    *gc.Tracker
 
 	journal    journal.Store
 	ids        *journal.IDGen
@@ -103,6 +110,7 @@ type Fabric struct {
 	// bg tracks goroutines that start queued attempts; Close waits.
 	bg      sync.WaitGroup
 	gcStats gcTotals
+	exec    executor.Executor
 	// provKey authenticates provenance records this daemon writes.
 	provKey []byte
 
@@ -160,9 +168,13 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	if err != nil {
 		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 	}
-	f.store = newCountingStore(f.local)
+	f.counting = newCountingStore(f.local)
+	// The GC tracker is outermost: it sees every write and every dedup
+	// hit, and its deletes still pass through the tally.
+	f.store = gc.NewTracker(f.counting)
 	f.now, f.worker = opts.Now, opts.Worker
 	f.quota = newQuota(opts.MaxLiveAttempts, opts.MaxMemoryBytes)
+	f.exec = opts.Executor
 	f.ids = journal.NewIDGen(opts.Now, nil)
 	f.journal, err = journalpebble.Open(filepath.Join(stateDir, "journal"), opts.Journal)
 	if err != nil {
@@ -181,7 +193,7 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	f.scanDone.Add(1)
 	go func() {
 		defer f.scanDone.Done()
-		f.store.scan(scanCtx, f.log)
+		f.counting.scan(scanCtx, f.log)
 	}()
 	f.log.Info("state opened", "state_dir", stateDir, "version", Version)
 	return f, nil
@@ -239,7 +251,7 @@ type Status struct {
 // after Open the tally is still being counted: Status waits for it (or for
 // ctx).
 func (f *Fabric) Status(ctx context.Context) (Status, error) {
-	objects, bytes, err := f.store.tally(ctx)
+	objects, bytes, err := f.counting.tally(ctx)
 	if err != nil {
 		return Status{}, fmt.Errorf("status: %w", err)
 	}

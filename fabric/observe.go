@@ -18,7 +18,7 @@ func (f *Fabric) Attempts() (live, queued int) { return f.quota.counts() }
 func (f *Fabric) Objects() (objects, bytes int64, ok bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	o, b, err := f.store.tally(ctx)
+	o, b, err := f.counting.tally(ctx)
 	return o, b, err == nil
 }
 
