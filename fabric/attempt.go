@@ -81,10 +81,14 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		if f.exec == nil {
 			return AttemptView{}, fmt.Errorf("activate: this daemon has no runc executor: %w", journal.ErrUnsupported)
 		}
-		container = &ContainerConfig{Env: req.Env, Workdir: req.Workdir, User: req.User, Network: "none",
+		container = &ContainerConfig{Env: req.Env, Workdir: req.Workdir, User: req.User, Network: "none", Mounts: f.opts.ContainerMounts,
 			Limits: executor.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids, CPUs: req.CPUs}}
 		if _, err := container.spec("/"); err != nil {
 			return AttemptView{}, fmt.Errorf("activate: %w", err)
+		}
+	case ExecutorWASI:
+		if f.wasm == nil {
+			return AttemptView{}, fmt.Errorf("activate: this daemon has no WASI runtime: %w", journal.ErrUnsupported)
 		}
 	default:
 		return AttemptView{}, fmt.Errorf("activate: executor %q: %w", req.Executor, journal.ErrUnsupported)

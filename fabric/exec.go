@@ -7,8 +7,10 @@ import (
 	"io"
 	"time"
 
+	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/journal"
+	"github.com/esf-dev/esf/wasi"
 )
 
 // Execution: an attempt activated with the runc executor gets one
@@ -97,6 +99,11 @@ type ExecRequest struct {
 	Stdin     bool     `json:"stdin,omitempty"`
 	// TimeoutMillis kills the command after that long (deadline_exceeded).
 	TimeoutMillis int64 `json:"timeout_ms,omitempty"`
+	// For wasi attempts: Module runs a module stored in the CAS (hex id)
+	// instead of Args[0] read from the root; MemoryLimitPages caps its
+	// linear memory (64 KiB pages).
+	Module           string `json:"module,omitempty"`
+	MemoryLimitPages uint32 `json:"memory_limit_pages,omitempty"`
 }
 
 // ExecStreams connect a command to its caller.
@@ -130,6 +137,9 @@ func (f *Fabric) Exec(ctx context.Context, req ExecRequest, streams ExecStreams)
 	}
 	if a.State != journal.AttemptActive {
 		return ExecResult{}, fmt.Errorf("exec: attempt %s is %s: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
+	}
+	if a.Executor == ExecutorWASI {
+		return f.runWASI(ctx, a, req, streams)
 	}
 	if a.Executor != ExecutorRunc || f.exec == nil {
 		return ExecResult{}, fmt.Errorf("exec: attempt %s runs executor %q, which takes no commands: %w", a.AttemptID, a.Executor, journal.ErrUnsupported)
@@ -169,4 +179,70 @@ func (f *Fabric) Exec(ctx context.Context, req ExecRequest, streams ExecStreams)
 		return res, fmt.Errorf("exec: %w", err)
 	}
 	return res, nil
+}
+
+// ExecutorWASI names the WebAssembly executor.
+const ExecutorWASI = "wasi"
+
+// runWASI runs a module against a wasi attempt's root: the module is read
+// from the root (Args[0]) or from the store (req.Module), and writes land
+// in the attempt's delta like any other.
+func (f *Fabric) runWASI(ctx context.Context, a AttemptView, req ExecRequest, streams ExecStreams) (ExecResult, error) {
+	if f.wasm == nil {
+		return ExecResult{}, fmt.Errorf("exec: this daemon has no WASI runtime: %w", journal.ErrUnsupported)
+	}
+	if req.TTY || req.User != "" || req.Workdir != "" {
+		return ExecResult{}, fmt.Errorf("exec: WASI modules take no tty, user or workdir: %w", journal.ErrInvalidArgument)
+	}
+	if len(req.Args) == 0 && req.Module == "" {
+		return ExecResult{}, fmt.Errorf("exec: no module: %w", journal.ErrInvalidArgument)
+	}
+	var mod []byte
+	var err error
+	if req.Module != "" {
+		id, perr := cas.ParseID(req.Module)
+		if perr != nil {
+			return ExecResult{}, fmt.Errorf("exec: module: %w", perr)
+		}
+		info, serr := f.store.Stat(ctx, id)
+		if serr != nil {
+			return ExecResult{}, fmt.Errorf("exec: module: %w", serr)
+		}
+		if info.Size > wasi.MaxModuleSize {
+			return ExecResult{}, fmt.Errorf("exec: module of %d bytes: %w", info.Size, journal.ErrInvalidArgument)
+		}
+		mod, err = cas.ReadAll(ctx, f.store, id)
+	} else {
+		mod, err = wasi.ReadModule(a.Root, req.Args[0])
+	}
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("exec: module: %w", err)
+	}
+	args := req.Args
+	if len(args) == 0 {
+		args = []string{req.Module}
+	}
+	spec := wasi.Spec{Module: mod, Args: args, Env: req.Env, Stdout: streams.Stdout, Stderr: streams.Stderr,
+		Root: a.Root, MemoryLimitPages: req.MemoryLimitPages}
+	if req.Stdin {
+		pr, pw := io.Pipe()
+		defer pr.Close()
+		spec.Stdin = pr
+		if streams.Started != nil {
+			streams.Started(pw, nil)
+		}
+	} else if streams.Started != nil {
+		streams.Started(nil, nil)
+	}
+	if req.TimeoutMillis > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMillis)*time.Millisecond)
+		defer cancel()
+	}
+	res, err := f.wasm.Run(ctx, spec)
+	out := ExecResult{ExitCode: res.ExitCode, Millis: res.Duration.Milliseconds()}
+	if err != nil {
+		return out, fmt.Errorf("exec: %w", err)
+	}
+	return out, nil
 }

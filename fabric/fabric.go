@@ -20,6 +20,7 @@ import (
 	"github.com/esf-dev/esf/gc"
 	"github.com/esf-dev/esf/journal"
 	journalpebble "github.com/esf-dev/esf/journal/pebble"
+	"github.com/esf-dev/esf/wasi"
 )
 
 // Version is the version esfd reports; the Makefile sets it with -ldflags -X.
@@ -54,6 +55,12 @@ type Options struct {
 	MaxMemoryBytes  int64
 	// Executor runs runc attempts; nil refuses them (unsupported).
 	Executor executor.Executor
+	// WASI runs modules for wasi attempts; nil refuses them.
+	WASI *wasi.Runtime
+	// ContainerMounts are bind mounts every runc container of this daemon
+	// gets (operator configuration, never an API field: a caller must not
+	// be able to mount host paths).
+	ContainerMounts []executor.Mount
 }
 
 // Validate reports whether o can be opened, without touching the disk.
@@ -111,6 +118,7 @@ type Fabric struct {
 	bg      sync.WaitGroup
 	gcStats gcTotals
 	exec    executor.Executor
+	wasm    *wasi.Runtime
 	// provKey authenticates provenance records this daemon writes.
 	provKey []byte
 
@@ -175,6 +183,7 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	f.now, f.worker = opts.Now, opts.Worker
 	f.quota = newQuota(opts.MaxLiveAttempts, opts.MaxMemoryBytes)
 	f.exec = opts.Executor
+	f.wasm = opts.WASI
 	f.ids = journal.NewIDGen(opts.Now, nil)
 	f.journal, err = journalpebble.Open(filepath.Join(stateDir, "journal"), opts.Journal)
 	if err != nil {
