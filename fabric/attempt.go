@@ -100,11 +100,18 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		return AttemptView{}, fmt.Errorf("activate: negative ttl: %w", journal.ErrInvalidArgument)
 	}
 	if req.Root != "" {
-		abs, err := checkMountDir(req.Root)
+		abs, err := filepath.Abs(req.Root)
 		if err != nil {
 			return AttemptView{}, fmt.Errorf("activate: %w", err)
 		}
 		req.Root = abs
+		// A replay finds its directory mounted (by its first run): check
+		// the directory only for a new request.
+		if !f.isReplay(ctx, op, req) {
+			if _, err := checkMountDir(abs); err != nil {
+				return AttemptView{}, fmt.Errorf("activate: %w", err)
+			}
+		}
 	}
 	ttl := time.Duration(req.TTLMillis) * time.Millisecond
 	if ttl == 0 {
@@ -167,9 +174,14 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 				return nil, err
 			}
 		}
-		// What the start (now or when dequeued) and restarts need.
-		b, _ := json.Marshal(rtData{TTLMillis: ttl.Milliseconds(), MemoryBytes: mem, Container: container})
-		if err := journal.PutAttemptRuntime(tx, journal.AttemptRuntime{AttemptID: aid, Worker: f.worker, Data: b}); err != nil {
+		// What the start (now or when dequeued) and restarts need, with
+		// where the delta and root will be, in the same batch as the
+		// attempt: a crash between this commit and the mount leaves an
+		// attempt that Recover can mount at the right place.
+		b, _ := json.Marshal(rtData{TTLMillis: ttl.Milliseconds(), MemoryBytes: mem, Container: container, BaseRootID: n.RootID})
+		l := f.layout(a, n.RootID, req.Root)
+		if err := journal.PutAttemptRuntime(tx, journal.AttemptRuntime{AttemptID: aid, Worker: f.worker,
+			PrivateDelta: l.Dir, Mount: l.Root, Data: b}); err != nil {
 			return nil, err
 		}
 		return journal.GetAttempt(tx, aid)
@@ -327,7 +339,9 @@ func (f *Fabric) Release(ctx context.Context, req ReleaseRequest) (AttemptView, 
 		return AttemptView{}, fmt.Errorf("release: attempt %s is sealing: %w", a.AttemptID, journal.ErrFailedPrecondition)
 	}
 	// Unmount first: if the root is busy, nothing changes in the journal.
-	if err := f.removeDelta(a.Attempt, a.Runtime); err != nil {
+	// The delta itself goes only after the commit, so a crash in between
+	// leaves an active attempt that Recover mounts again.
+	if err := f.unmountAttempt(a.Attempt, a.Runtime); err != nil {
 		return AttemptView{}, fmt.Errorf("release: %w", err)
 	}
 	err = f.mutate(ctx, OpRelease, req, nil, func(tx journal.Tx, ci CallInfo) (any, error) {
@@ -336,6 +350,7 @@ func (f *Fabric) Release(ctx context.Context, req ReleaseRequest) (AttemptView, 
 	if err != nil {
 		return AttemptView{}, err
 	}
+	f.deleteDelta(req.AttemptID)
 	f.attemptEnded(ctx, req.AttemptID)
 	return f.attemptView(ctx, req.AttemptID)
 }
@@ -390,6 +405,16 @@ func releaseInTx(tx journal.Tx, ci CallInfo, attemptID string, to journal.Attemp
 
 // removeDelta unmounts an attempt's root and deletes its private delta.
 func (f *Fabric) removeDelta(a journal.Attempt, rt *journal.AttemptRuntime) error {
+	if err := f.unmountAttempt(a, rt); err != nil {
+		return err
+	}
+	f.deleteDelta(a.AttemptID)
+	return nil
+}
+
+// unmountAttempt stops an attempt's container and unmounts its root; the
+// delta stays.
+func (f *Fabric) unmountAttempt(a journal.Attempt, rt *journal.AttemptRuntime) error {
 	// The container goes first: it holds the root busy.
 	if err := f.stopContainer(context.Background(), a); err != nil {
 		return err
@@ -400,25 +425,47 @@ func (f *Fabric) removeDelta(a journal.Attempt, rt *journal.AttemptRuntime) erro
 	if rt != nil && rt.Mount != "" {
 		root = rt.Mount
 	}
-	if err := delta.Unmount(root); err != nil {
-		return err
+	return delta.Unmount(root)
+}
+
+// deleteDelta removes an ended attempt's private directory (its delta and
+// default mountpoint); failures are logged, and Recover sweeps leftovers.
+func (f *Fabric) deleteDelta(attemptID string) {
+	f.mountMu.Lock()
+	defer f.mountMu.Unlock()
+	if err := os.RemoveAll(f.attemptDir(attemptID)); err != nil {
+		f.log.Warn("delete delta", "attempt_id", attemptID, "err", err)
 	}
-	if err := os.RemoveAll(f.attemptDir(a.AttemptID)); err != nil {
-		return err
+}
+
+// isReplay reports whether the call's idempotency key already holds this
+// request's result.
+func (f *Fabric) isReplay(ctx context.Context, op string, req any) bool {
+	ci, _ := CallInfoFrom(ctx)
+	if ci.IdempotencyKey == "" {
+		return false
 	}
-	return nil
+	found := false
+	f.journal.View(ctx, func(r journal.Reader) error {
+		_, found, _ = journal.CheckIdempotency(r, ci.IdempotencyKey, op, req)
+		return nil
+	})
+	return found
 }
 
 // failAttempt records that a live attempt failed and cleans its delta.
 func (f *Fabric) failAttempt(ctx context.Context, attemptID string, cause error) {
 	a, err := f.attemptView(ctx, attemptID)
 	if err == nil {
-		err = f.removeDelta(a.Attempt, a.Runtime)
+		err = f.unmountAttempt(a.Attempt, a.Runtime)
 	}
 	if err == nil {
 		err = f.journal.Update(ctx, func(tx journal.Tx) error {
 			return releaseInTx(tx, f.callInfo(ctx), attemptID, journal.AttemptFailed, cause.Error())
 		})
+	}
+	if err == nil {
+		f.deleteDelta(attemptID)
 	}
 	if err != nil {
 		f.log.Error("fail attempt", "attempt_id", attemptID, "cause", cause, "err", err)

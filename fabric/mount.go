@@ -35,16 +35,17 @@ func (f *Fabric) Mount(ctx context.Context, req MountRequest) (MountResult, erro
 	if err := journal.CheckID(journal.KindNode, req.NodeID); err != nil {
 		return MountResult{}, fmt.Errorf("mount: %w", err)
 	}
-	dir, err := checkMountDir(req.Dir)
-	if err != nil {
-		return MountResult{}, fmt.Errorf("mount: %w", err)
-	}
 	if req.RW {
-		a, err := f.Activate(ctx, ActivateRequest{NodeID: req.NodeID, Root: dir})
+		// Activate checks the directory, after its idempotency check.
+		a, err := f.Activate(ctx, ActivateRequest{NodeID: req.NodeID, Root: req.Dir})
 		if err != nil {
 			return MountResult{}, err
 		}
-		return MountResult{Dir: dir, Attempt: &a}, nil
+		return MountResult{Dir: a.Root, Attempt: &a}, nil
+	}
+	dir, err := checkMountDir(req.Dir)
+	if err != nil {
+		return MountResult{}, fmt.Errorf("mount: %w", err)
 	}
 	var n journal.Node
 	if err := f.journal.View(ctx, func(r journal.Reader) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/esf-dev/esf/cas"
@@ -269,7 +270,7 @@ func (f *Fabric) releaseSealed(ctx context.Context, attemptID string) error {
 	if a.State != journal.AttemptSealed {
 		return nil
 	}
-	if err := f.removeDelta(a.Attempt, a.Runtime); err != nil {
+	if err := f.unmountAttempt(a.Attempt, a.Runtime); err != nil {
 		return err
 	}
 	if err := f.journal.Update(ctx, func(tx journal.Tx) error {
@@ -277,6 +278,7 @@ func (f *Fabric) releaseSealed(ctx context.Context, attemptID string) error {
 	}); err != nil {
 		return err
 	}
+	f.deleteDelta(attemptID)
 	f.attemptEnded(ctx, attemptID)
 	return nil
 }
@@ -367,6 +369,23 @@ func (f *Fabric) Recover(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("recover attempt %s: %w", id, err))
 		}
 	}
+	// Deltas of attempts that are no longer live are leftovers of a crash
+	// between a release's commit and its cleanup.
+	liveDirs := map[string]bool{}
+	for _, id := range live {
+		liveDirs[id] = true
+	}
+	if ents, err := os.ReadDir(filepath.Join(f.stateDir, "attempts")); err == nil {
+		for _, e := range ents {
+			if !liveDirs[e.Name()] && !f.isQueued(ctx, e.Name()) {
+				root := filepath.Join(f.stateDir, "attempts", e.Name(), "root")
+				if delta.Mounted(root) {
+					delta.Unmount(root)
+				}
+				f.deleteDelta(e.Name())
+			}
+		}
+	}
 	// Containers of attempts that are no longer live are leftovers.
 	if f.exec != nil {
 		liveSet := map[string]bool{}
@@ -396,6 +415,12 @@ func (f *Fabric) Recover(ctx context.Context) error {
 	}
 	f.attemptEnded(ctx, "")
 	return errors.Join(errs...)
+}
+
+// isQueued reports whether attempt id is queued.
+func (f *Fabric) isQueued(ctx context.Context, id string) bool {
+	v, err := f.attemptView(ctx, id)
+	return err == nil && v.State == journal.AttemptQueued
 }
 
 // queuedAttempts lists this worker's queued attempts, oldest first. It
