@@ -23,15 +23,19 @@ import (
 type ServerOptions struct {
 	// Logger receives one line per request and the failures. Default: discard.
 	Logger *slog.Logger
+	// Observe, if set, receives every request's operation (the route
+	// pattern), result code ("" for success) and latency, for metrics.
+	Observe func(op, code string, d time.Duration)
 }
 
 // Server is the HTTP/JSON face of a Fabric. It translates, and does nothing
 // else: decoding and validating requests, calling one Fabric method,
 // encoding the result or the error.
 type Server struct {
-	f   *fabric.Fabric
-	log *slog.Logger
-	mux *http.ServeMux
+	f       *fabric.Fabric
+	log     *slog.Logger
+	observe func(op, code string, d time.Duration)
+	mux     *http.ServeMux
 	// active counts handlers running, so that Serve can return only once
 	// none is left touching the Fabric.
 	active atomic.Int64
@@ -47,7 +51,7 @@ func NewServer(f *fabric.Fabric, opts ServerOptions) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{f: f, log: opts.Logger, mux: http.NewServeMux(), stopping: make(chan struct{})}
+	s := &Server{f: f, log: opts.Logger, observe: opts.Observe, mux: http.NewServeMux(), stopping: make(chan struct{})}
 	s.handle("GET /v1/status", false, s.status)
 	s.handle("POST /v1/import", true, s.importContent)
 	s.handle("POST /v1/export", true, s.exportDir)
@@ -55,6 +59,7 @@ func NewServer(f *fabric.Fabric, opts ServerOptions) *Server {
 	s.handle("POST /v1/fsck", true, s.fsck)
 	s.routeGraph()
 	s.routeAttempts()
+	s.routeOps()
 	s.handle("GET /v1/events", false, s.events)
 	// Everything else, including a known path with the wrong method, is a
 	// JSON not_found rather than the mux's plain-text reply.
@@ -120,6 +125,9 @@ func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
 				writeError(rec, err)
 			}
 		}
+		if s.observe != nil {
+			s.observe(pattern, string(code), time.Since(start))
+		}
 		attrs := []any{"status", rec.statusCode(), "ms", millis(time.Since(start))}
 		if ci.IdempotencyKey != "" {
 			attrs = append(attrs, "idempotency_key", ci.IdempotencyKey)
@@ -175,8 +183,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	e := errdefs.Wire(err)
-	writeJSON(w, HTTPStatus(e.Code), e)
+	status, body := errorBody(err)
+	writeJSON(w, status, body)
 }
 
 // maxIdempotencyKey bounds the key: it is stored with the result of the

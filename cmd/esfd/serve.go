@@ -4,15 +4,23 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/metrics"
+	"github.com/esf-dev/esf/wasi"
 )
 
 const defaultState = "/var/lib/esf"
@@ -49,6 +57,22 @@ func serveFlags() []cli.Flag {
 			Usage: "how long in-flight requests may run after SIGTERM",
 			Value: 30 * time.Second,
 		},
+		&cli.IntFlag{
+			Name:  "max-attempts",
+			Usage: "live attempts this daemon runs at once; more are queued FIFO (0: unbounded)",
+		},
+		&cli.StringFlag{
+			Name:  "max-memory",
+			Usage: "total memory live attempts may reserve, e.g. 8G (empty: unbounded)",
+		},
+		&cli.StringFlag{
+			Name:  "metrics-addr",
+			Usage: "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464); off when empty",
+		},
+		&cli.StringFlag{
+			Name:  "init",
+			Usage: "the static container init (default: esf-init beside esfd); runc attempts are refused without it",
+		},
 	}
 }
 
@@ -79,7 +103,25 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 
-	f, err := fabric.Open(ctx, fabric.Options{StateDir: state, Logger: log, ProjectionCommand: projection})
+	maxMem, err := parseBytes(cmd.String("max-memory"))
+	if err != nil {
+		return err
+	}
+	ex, err := runcExecutor(state, cmd.String("init"), log)
+	if err != nil {
+		log.Warn("runc attempts disabled", "reason", err)
+	}
+	wrt, err := wasi.New(ctx, wasi.Options{CacheDir: filepath.Join(state, "wasm-cache"), Logger: log})
+	if err != nil {
+		return err
+	}
+	defer wrt.Close(context.WithoutCancel(ctx))
+	opts := fabric.Options{StateDir: state, Logger: log, ProjectionCommand: projection,
+		MaxLiveAttempts: int(cmd.Int("max-attempts")), MaxMemoryBytes: maxMem, WASI: wrt}
+	if ex != nil {
+		opts.Executor = ex
+	}
+	f, err := fabric.Open(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -107,7 +149,17 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	}()
 
 	log.Info("listening", "socket", socket, "state_dir", f.StateDir(), "version", fabric.Version, "pid", os.Getpid())
-	srv := api.NewServer(f, api.ServerOptions{Logger: log})
+	sopts := api.ServerOptions{Logger: log}
+	if addr := cmd.String("metrics-addr"); addr != "" {
+		m := metrics.New(f)
+		sopts.Observe = m.Observe
+		stop, err := serveMetrics(addr, m, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	srv := api.NewServer(f, sopts)
 	if err := srv.Serve(ctx, ln, cmd.Duration("shutdown-grace")); err != nil {
 		return err
 	}
@@ -145,4 +197,72 @@ func reapLeases(ctx context.Context, f *fabric.Fabric, log *slog.Logger, interva
 			log.Error("expire leases", "err", err)
 		}
 	}
+}
+
+// runcExecutor builds the runc executor, or says why there is none.
+func runcExecutor(state, initPath string, log *slog.Logger) (*runc.Executor, error) {
+	if initPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		initPath = filepath.Join(filepath.Dir(exe), "esf-init")
+	}
+	if _, err := os.Stat(initPath); err != nil {
+		return nil, fmt.Errorf("container init %s: %w (make build puts esf-init beside esfd)", initPath, err)
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		return nil, fmt.Errorf("runc not found: %w", err)
+	}
+	return runc.New(runc.Options{StateDir: filepath.Join(state, "executor"), Init: initPath, Logger: log})
+}
+
+// serveMetrics serves m at addr until the returned stop is called.
+func serveMetrics(addr string, m *metrics.Metrics, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && err != http.ErrServerClosed {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	log.Info("metrics", "addr", ln.Addr().String())
+	return func() {
+		srv.Close()
+		<-done
+	}, nil
+}
+
+// parseBytes reads sizes like 512M, 8G or 1073741824; empty is 0.
+func parseBytes(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := int64(1)
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		mult = 1 << 10
+	case "M":
+		mult = 1 << 20
+	case "G":
+		mult = 1 << 30
+	case "T":
+		mult = 1 << 40
+	}
+	num := s
+	if mult > 1 {
+		num = s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: want a number with an optional K, M, G or T suffix", s)
+	}
+	return n * mult, nil
 }
