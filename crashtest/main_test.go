@@ -1,0 +1,82 @@
+package crashtest
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Set by TestMain: the esfd binary under test, or why the tests skip.
+var (
+	esfdBin    string
+	skipReason string
+	workDir    string // every case lives below it; removed after the run
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	switch {
+	case os.Geteuid() != 0:
+		skipReason = "crash tests need root (overlayfs, FUSE mounts, SIGKILL of esfd); run them as root or in CI"
+	case !exists("/dev/fuse"):
+		skipReason = "crash tests need /dev/fuse for esfd's projection"
+	}
+	if skipReason != "" {
+		return m.Run()
+	}
+	// Short: unix socket paths below it must fit in 107 bytes.
+	dir, err := os.MkdirTemp("", "esfcr")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	workDir = dir
+	defer os.RemoveAll(dir)
+	esfdBin = filepath.Join(dir, "esfd")
+	cmd := exec.Command(goTool(), "build", "-o", esfdBin, "./cmd/esfd")
+	cmd.Dir = ".." // the module root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "crashtest: go build ./cmd/esfd: %v\n%s", err, out)
+		return 1
+	}
+	code := m.Run()
+	// Every case cleans up after itself; this is the last line of defence
+	// and a failure if it finds anything.
+	if leaks := sweep(dir); len(leaks) > 0 {
+		fmt.Fprintf(os.Stderr, "crashtest: left behind after the run (now removed):\n  %s\n", strings.Join(leaks, "\n  "))
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// goTool finds the go command: go test puts its own first on PATH.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return "/usr/local/go/bin/go"
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+	if testing.Short() {
+		t.Skip("-short: the crash matrix starts esfd some 400 times")
+	}
+}
