@@ -47,16 +47,24 @@ func Dir(ctx context.Context, st Store, path string, opts Options) (Result, erro
 	if rst.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return Result{}, fmt.Errorf("import %s: not a directory: %w", path, cas.ErrInvalidArgument)
 	}
+	return importDir(ctx, st, root, cas.ZeroID, false, "dir", path, opts)
+}
+
+// importDir walks the directory root onto a Builder over base (an overlay
+// upper directory when overlay is set), writes the trees and commits the
+// objects. kind and path name the import in logs and errors.
+func importDir(ctx context.Context, st Store, root string, base cas.ID, overlay bool, kind, path string, opts Options) (Result, error) {
 	d := &dirImport{
-		root: root,
-		st:   st,
-		opts: opts,
-		prog: newProgress(opts.Progress),
-		obj:  newObjects(st),
-		seen: map[string]bool{},
+		root:    root,
+		st:      st,
+		opts:    opts,
+		prog:    newProgress(opts.Progress),
+		obj:     newObjects(st),
+		seen:    map[string]bool{},
+		overlay: overlay,
 	}
 	defer d.obj.abort()
-	b := cas.NewBuilder(st, cas.ZeroID)
+	b := cas.NewBuilder(st, base)
 	s, err := d.run(ctx, b)
 	if err != nil {
 		return Result{}, err
@@ -64,9 +72,9 @@ func Dir(ctx context.Context, st Store, path string, opts Options) (Result, erro
 	d.prog.done()
 	id, err := d.obj.finish(ctx, b, &s)
 	if err != nil {
-		return Result{}, fmt.Errorf("import %s: %w", path, err)
+		return Result{}, fmt.Errorf("%s %s: %w", kind, path, err)
 	}
-	logDone(opts.Logger, "dir", path, id, &s)
+	logDone(opts.Logger, kind, path, id, &s)
 	return Result{Root: id, Stats: s}, nil
 }
 

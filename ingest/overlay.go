@@ -40,28 +40,7 @@ func Upper(ctx context.Context, st Store, base cas.ID, upper string, opts Option
 	if rst.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return Result{}, fmt.Errorf("seal %s: not a directory: %w", upper, cas.ErrInvalidArgument)
 	}
-	d := &dirImport{
-		root:    root,
-		st:      st,
-		opts:    opts,
-		prog:    newProgress(opts.Progress),
-		obj:     newObjects(st),
-		seen:    map[string]bool{},
-		overlay: true,
-	}
-	defer d.obj.abort()
-	b := cas.NewBuilder(st, base)
-	s, err := d.run(ctx, b)
-	if err != nil {
-		return Result{}, err
-	}
-	d.prog.done()
-	id, err := d.obj.finish(ctx, b, &s)
-	if err != nil {
-		return Result{}, fmt.Errorf("seal %s: %w", upper, err)
-	}
-	logDone(opts.Logger, "upper", upper, id, &s)
-	return Result{Root: id, Stats: s}, nil
+	return importDir(ctx, st, root, base, true, "upper", upper, opts)
 }
 
 // overlayPrefix names the xattrs overlayfs keeps for itself (as root; the
