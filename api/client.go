@@ -16,7 +16,7 @@ import (
 )
 
 // Client calls esfd over its unix socket. Every error it returns is an
-// *errdefs.Error: errors.Is(err, errdefs.ErrNotFound) works as on the
+// *errdefs.Error (or a *PathsError wrapping one): errors.Is(err, errdefs.ErrNotFound) works as on the
 // server, and a daemon that cannot be reached is CodeUnavailable.
 type Client struct {
 	socket string
@@ -105,9 +105,15 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 
 func errorFromResponse(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxJSONBody))
-	var e errdefs.Error
-	if json.Unmarshal(b, &e) == nil && e.Code != "" {
-		return &e
+	var body struct {
+		errdefs.Error
+		Paths []string `json:"paths"`
+	}
+	if json.Unmarshal(b, &body) == nil && body.Code != "" {
+		if len(body.Paths) > 0 {
+			return &PathsError{Err: &body.Error, Paths: body.Paths}
+		}
+		return &body.Error
 	}
 	msg := strings.TrimSpace(string(b))
 	if len(msg) > 200 {

@@ -99,6 +99,19 @@ var decoders = []struct {
 	{"renew", anyDecoder(decodeRenew), nil},
 	{"mount", anyDecoder(decodeMount), func(v any) bool { return cleanAbs(v.(fabric.MountRequest).Dir) }},
 	{"umount", anyDecoder(decodeUmount), func(v any) bool { return cleanAbs(v.(fabric.UmountRequest).Dir) }},
+	{"gc", anyDecoder(decodeCollect), nil},
+	{"merge", anyDecoder(decodeMerge), func(v any) bool {
+		r := v.(fabric.MergeRequest)
+		return r.Nodes == nil || len(r.Nodes) > 0
+	}},
+	{"export-node", anyDecoder(decodeExportNode), func(v any) bool {
+		r := v.(fabric.ExportRequest)
+		return r.ID != "" && cleanAbs(r.To) && (r.Provenance == "" || cleanAbs(r.Provenance))
+	}},
+	{"exec", anyDecoder(decodeExec), func(v any) bool {
+		r := v.(fabric.ExecRequest)
+		return len(r.Args) > 0 || r.Module != ""
+	}},
 }
 
 func anyDecoder[T any](d func(*http.Request) (T, error)) func(*http.Request) (any, error) {
@@ -123,6 +136,9 @@ func FuzzDecodeRequests(f *testing.F) {
 		`{"attempt_id":"att_1","logical_state":" \"s\" ","keep_running":true,"token":7}`,
 		`{"lease_id":"lease_1","token":1,"ttl_ms":1000}`, `{"node_id":"node_1","dir":"/d","rw":true}`, `{"dir":"//d/"}`,
 		`{"n":1.5}`, `{"reward":"NaN"}`, `{"policy":}`,
+		`{"dry_run":true}`, `{"nodes":["node_1","node_2"],"base":"node_0","logical_state":null,"promote":true,"expected_generation":3}`,
+		`{"nodes":[]}`, `{"id":"node_1","to":"/x/./y","artifact":"d/e","provenance":"/p/../q.json"}`, `{"id":"n","to":"/x","provenance":"rel"}`,
+		`{"attempt_id":"att_1","args":["sh","-c","echo"],"env":["A=1"],"timeout_ms":5,"user":"1:1"}`, `{"attempt_id":"att_1","module":"ab","stdin":true}`,
 	}
 	for i, s := range seeds {
 		for j := range decoders {

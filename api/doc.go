@@ -36,6 +36,17 @@
 // unavailable error in the trailers, when Serve begins to shut down, so a
 // follower never holds shutdown for the grace period.
 //
+// GET /v1/patch streams a git patch with the same trailers. POST /v1/exec
+// streams frames ([id][u32 length][payload]; 1 stdout, 2 stderr, 3 exit,
+// last) written and flushed as the command produces output; the request
+// context is the command's, so a client that leaves kills it. stdin and
+// tty, which need a two-way stream, are unsupported so far.
+//
+// Content endpoints (gc, merge, diff, export-node, provenance,
+// verify-provenance) are plain JSON. The one error writer adds "paths" to
+// the body of a merge conflict (a treediff.ConflictError anywhere in the
+// chain); the client returns it as a *PathsError.
+//
 // Socket: Listen creates it with mode 0600 by binding inside a private 0700
 // directory and renaming it into place, so no other user can ever connect,
 // whatever the umask; it replaces a stale socket and refuses a live one.
@@ -44,7 +55,7 @@
 // finish for a grace period, then cancels them; closing the listener
 // removes the socket file.
 //
-// The client returns only *errdefs.Error, so errors.Is(err,
+// The client returns only *errdefs.Error (a *PathsError wraps one), so errors.Is(err,
 // errdefs.ErrNotFound) holds on both sides; a daemon that cannot be reached
 // is unavailable.
 package api

@@ -4,6 +4,7 @@ import (
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/ingest"
+	"github.com/esf-dev/esf/treediff"
 )
 
 // The request and response bodies of /v1/. Field names are the spec's
@@ -111,6 +112,9 @@ const (
 	MediaTar    = "application/x-tar"
 	MediaNDJSON = "application/x-ndjson" // GET /v1/events: one JSON event per line
 	MediaBinary = "application/octet-stream"
+	MediaPatch  = "text/x-diff" // GET /v1/patch: a git patch
+	// MediaExecStream is the framed body of POST /v1/exec (see exec.go).
+	MediaExecStream = "application/vnd.esf.exec-stream"
 )
 
 // tarMediaTypes are the Content-Types POST /v1/import takes as a tar stream;
@@ -140,4 +144,29 @@ func importResponse(r ingest.Result) ImportResponse {
 		NewBytes:   r.NewBytes,
 		Skipped:    skipped,
 	}
+}
+
+// DiffResponse is the body of GET /v1/diff: every change from tree A to
+// tree B, each after its parent directory, in name order.
+type DiffResponse struct {
+	A       string   `json:"a"` // the root id a resolved to
+	B       string   `json:"b"`
+	Changes []Change `json:"changes"`
+}
+
+// Change is one difference of a DiffResponse: treediff.Change with its
+// kind and meta as their names (treediff's types encode as text but do not
+// decode), so clients need no treediff to read it.
+type Change struct {
+	Path string `json:"path"` // "" is the root directory
+	// Kind: added, deleted, modified, type_changed or meta_changed.
+	Kind string `json:"kind"`
+	// Meta lists the attributes that differ (mode,owner,mtime,xattrs,link).
+	Meta string     `json:"meta,omitempty"`
+	Old  *cas.Entry `json:"old,omitempty"`
+	New  *cas.Entry `json:"new,omitempty"`
+}
+
+func wireChange(c treediff.Change) Change {
+	return Change{Path: c.Path, Kind: c.Kind.String(), Meta: c.Meta.String(), Old: c.Old, New: c.New}
 }

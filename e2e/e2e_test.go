@@ -168,9 +168,13 @@ func TestTarZstRoundTrip(t *testing.T) {
 	if m["root_id"] != root || m["format"] != "zstd" || m["to"] != out {
 		t.Fatalf("export -o json: %v", m)
 	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Fatalf("export left %d entries in %s, want just the file", len(ents), dir)
+	if m["provenance"] != out+".provenance.json" {
+		t.Fatalf("export -o json: provenance %v", m["provenance"])
 	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Fatalf("export left %d entries in %s, want just the file and its provenance record", len(ents), dir)
+	}
+	d.mustCtl(nil, "verify-provenance", out+".provenance.json")
 	if got := strings.TrimSpace(d.mustCtl(nil, "import", out).stdout); got != root {
 		t.Fatalf("import of the .tar.zst: %s, want %s", got, root)
 	}

@@ -40,7 +40,9 @@ func run(m *testing.M) int {
 	workDir = dir
 	defer os.RemoveAll(dir)
 	esfdBin, esfctlBin = filepath.Join(dir, "esfd"), filepath.Join(dir, "esfctl")
-	for bin, pkg := range map[string]string{esfdBin: "./cmd/esfd", esfctlBin: "./cmd/esfctl"} {
+	for bin, pkg := range map[string]string{esfdBin: "./cmd/esfd", esfctlBin: "./cmd/esfctl",
+		// The static container init, found beside esfd: runc attempts need it.
+		filepath.Join(dir, "esf-init"): "./executor/init"} {
 		cmd := exec.Command(goTool(), "build", "-o", bin, pkg)
 		cmd.Dir = ".." // the module root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

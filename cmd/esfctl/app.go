@@ -81,6 +81,9 @@ type app struct {
 	// (none was given); an error whose outcome is unknown names it, so the
 	// user can retry the same mutation at most once.
 	genKey string
+	// exitCode is the status of a run that succeeded but must not exit 0:
+	// exec exits with its command's status.
+	exitCode int
 }
 
 // actionError marks an error returned by a verb's action, as opposed to one
@@ -154,6 +157,11 @@ func (a *app) root() *cli.Command {
 			a.mountCommand(),
 			a.umountCommand(),
 			a.eventsCommand(),
+			a.gcCommand(),
+			a.mergeCommand(),
+			a.diffCommand(),
+			a.verifyProvenanceCommand(),
+			a.execCommand(),
 		},
 		Reader:          a.stdin,
 		Writer:          a.stdout,
@@ -186,7 +194,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 		a.client.Close()
 	}
 	if err == nil {
-		return 0
+		return a.exitCode
 	}
 	var ae actionError
 	if errors.As(err, &ae) {

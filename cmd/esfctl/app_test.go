@@ -206,9 +206,16 @@ func TestImportExportVerbs(t *testing.T) {
 
 	dest := filepath.Join(work, "out")
 	r = esfctl(t, sock, nil, "export", root, "--to", dest, "-o", "json")
-	var exp api.ExportResponse
-	if err := json.Unmarshal([]byte(r.stdout), &exp); err != nil || exp.Files != 1 || exp.Symlinks != 1 || exp.To != dest {
+	var exp fabric.ExportResult
+	if err := json.Unmarshal([]byte(r.stdout), &exp); err != nil || exp.Files != 1 || exp.RootID != root ||
+		exp.Provenance != dest+".provenance.json" || exp.Record.Export.Destination != dest {
 		t.Fatalf("export to dir: %+v, %v (%+v)", exp, err, r)
+	}
+	for _, name := range []string{"out.provenance.json", "t.tar.provenance.json", "t.tar.zst.provenance.json", "t.tgz.provenance.json"} {
+		r = esfctl(t, sock, nil, "verify-provenance", filepath.Join(work, name))
+		if r.status != 0 || !strings.Contains(r.stdout, "valid") {
+			t.Fatalf("verify-provenance %s: %+v", name, r)
+		}
 	}
 	if out, err := exec.Command("diff", "-r", "--no-dereference", src, dest).CombinedOutput(); err != nil {
 		t.Fatalf("diff -r: %v\n%s", err, out)

@@ -44,13 +44,13 @@ func (a *app) activateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "activate",
 		Usage:     "lease a node for a new attempt and mount its private writable root",
-		ArgsUsage: "NODE [--executor none] [--ttl D]",
+		ArgsUsage: "NODE [--executor none|runc|wasi] [--ttl D]",
 		Description: "NODE is a draft or sealed node. The attempt's root (printed as root) is an\n" +
 			"overlay over the node's tree; write there, then suspend to seal the changes.\n" +
 			"The lease expires after --ttl unless renewed (esfctl lease renew); an expired\n" +
 			"attempt fails and its changes are dropped.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "executor", Usage: "executor of the attempt (only none so far)", Value: fabric.ExecutorNone},
+			&cli.StringFlag{Name: "executor", Usage: "executor of the attempt: none (a root to write in), runc (a container; see esfctl exec) or wasi", Value: fabric.ExecutorNone},
 			ttlFlag(fmt.Sprintf("lease time to live (default %v)", fabric.DefaultLeaseTTL)),
 			idempotencyKeyFlag(),
 		},

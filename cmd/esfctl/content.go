@@ -17,6 +17,7 @@ import (
 
 	"github.com/esf-dev/esf/api"
 	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/fabric"
 )
 
 func (a *app) importCommand() *cli.Command {
@@ -104,14 +105,23 @@ func (s *stdinReader) Read(p []byte) (int, error) {
 func (a *app) exportCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "export",
-		Usage:     "write a tree out as a directory or a tar",
-		ArgsUsage: "ID --to DIR|FILE.tar|FILE.tar.zst|FILE.tar.gz|-",
-		Description: "ID is a root id. --to DIR has the daemon write a directory that must not exist\n" +
-			"or be empty. A --to ending in .tar, .tar.zst/.tzst or .tar.gz/.tgz streams a tar\n" +
-			"here, compressed by suffix, and writes the file atomically (it appears only\n" +
-			"complete). --to - writes the tar to stdout.",
+		Usage:     "write a tree out as a directory, a tar or a patch, with its provenance record",
+		ArgsUsage: "ID --to DIR|FILE.tar|FILE.tar.zst|FILE.tar.gz|FILE|-",
+		Description: "ID is a node id or a root id. --to DIR has the daemon write a directory that\n" +
+			"must not exist or be empty (--artifact PATH: only that directory of the tree).\n" +
+			"A --to ending in .tar, .tar.zst/.tzst or .tar.gz/.tgz streams a tar here,\n" +
+			"compressed by suffix, and writes the file atomically (it appears only\n" +
+			"complete). --format patch --base NODE writes a git patch from NODE to ID\n" +
+			"instead. --to - writes the tar or patch to stdout.\n\n" +
+			"Every export to a directory or file also writes its signed provenance record,\n" +
+			"to --provenance FILE or else beside it as DEST.provenance.json (to stdout:\n" +
+			"only with --provenance). Check it with esfctl verify-provenance.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "to", Usage: "destination: DIR, FILE.tar[.zst|.gz] or -", Required: true},
+			&cli.StringFlag{Name: "to", Usage: "destination: DIR, FILE.tar[.zst|.gz], FILE (patch) or -", Required: true},
+			&cli.StringFlag{Name: "format", Usage: "dir, tar or patch (default: tar for a tar file name or -, else dir)"},
+			&cli.StringFlag{Name: "base", Usage: "with --format patch: the node or root the patch applies to"},
+			&cli.StringFlag{Name: "artifact", Usage: "export only this directory (a slash path in the tree; --to DIR only)"},
+			&cli.StringFlag{Name: "provenance", Usage: "where to write the provenance record (default DEST.provenance.json)"},
 			idempotencyKeyFlag(),
 		},
 		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
@@ -119,15 +129,45 @@ func (a *app) exportCommand() *cli.Command {
 				return err
 			}
 			id, to := cmd.Args().First(), cmd.String("to")
-			switch {
-			case to == "":
+			if to == "" {
 				return fmt.Errorf("export: empty --to: %w", errdefs.ErrInvalidArgument)
+			}
+			format := cmd.String("format")
+			if format == "" {
+				format = "dir"
+				if to == "-" || tarFormat(to) != "" {
+					format = "tar"
+				}
+			}
+			base, artifact := cmd.String("base"), cmd.String("artifact")
+			switch {
+			case format != "dir" && format != "tar" && format != "patch":
+				return fmt.Errorf("export --format %q: want dir, tar or patch: %w", format, errdefs.ErrInvalidArgument)
+			case (format == "patch") != (base != ""):
+				return fmt.Errorf("export: --base goes with --format patch, and only with it: %w", errdefs.ErrInvalidArgument)
+			case artifact != "" && format != "dir":
+				return fmt.Errorf("export --artifact: only to a directory: %w", errdefs.ErrInvalidArgument)
+			case format == "dir" && (to == "-" || tarFormat(to) != ""):
+				return fmt.Errorf("export --format dir --to %s: want a directory: %w", to, errdefs.ErrInvalidArgument)
+			case format == "tar" && to != "-" && tarFormat(to) == "":
+				return fmt.Errorf("export --format tar --to %s: want a name ending in .tar, .tar.zst or .tar.gz, or -: %w", to, errdefs.ErrInvalidArgument)
+			}
+			prov := cmd.String("provenance")
+			if prov != "" {
+				abs, err := filepath.Abs(prov)
+				if err != nil {
+					return fmt.Errorf("export --provenance %s: %v: %w", prov, err, errdefs.ErrInvalidArgument)
+				}
+				prov = abs
+			}
+			info := fabric.ExportInfo{Format: format, Base: base}
+			switch {
+			case format == "dir":
+				return a.exportDir(ctx, fabric.ExportRequest{ID: id, To: to, Artifact: artifact, Provenance: prov}, a.callOptions(cmd))
 			case to == "-":
-				return a.exportStdout(ctx, id)
-			case tarFormat(to) != "":
-				return a.exportFile(ctx, id, to)
+				return a.exportStdout(ctx, id, info, prov)
 			default:
-				return a.exportDir(ctx, id, to, a.callOptions(cmd))
+				return a.exportFile(ctx, id, to, info, prov)
 			}
 		}),
 	}
@@ -147,52 +187,69 @@ func tarFormat(name string) string {
 	return ""
 }
 
-func (a *app) exportDir(ctx context.Context, id, to string, opt api.CallOptions) error {
-	abs, err := filepath.Abs(to)
+func (a *app) exportDir(ctx context.Context, req fabric.ExportRequest, opt api.CallOptions) error {
+	abs, err := filepath.Abs(req.To)
 	if err != nil {
-		return fmt.Errorf("export --to %s: %v: %w", to, err, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("export --to %s: %v: %w", req.To, err, errdefs.ErrInvalidArgument)
 	}
+	req.To = abs
+	var raw []byte
+	opt.Raw = &raw
 	bar := a.spinner("exporting to " + abs)
-	res, err := a.client.Export(ctx, id, abs, opt)
+	res, err := a.client.ExportNode(ctx, req, opt)
 	bar.Finish()
 	if err != nil {
 		return err
 	}
 	if a.json {
-		return a.printJSON(res)
+		return a.printRaw(raw)
 	}
-	fmt.Fprintf(a.stdout, "exported %s to %s: %d files, %d dirs, %d symlinks, %s\n",
-		res.RootID, res.To, res.Files, res.Dirs, res.Symlinks, humanBytes(res.Bytes))
-	if res.Skipped > 0 {
-		fmt.Fprintf(a.stderr, "esfctl: warning: %d devices or xattrs could not be created at the destination (see the daemon log)\n", res.Skipped)
-	}
+	fmt.Fprintf(a.stdout, "exported %s to %s: %d files, %s; provenance %s\n",
+		res.RootID, abs, res.Files, humanBytes(res.Bytes), res.Provenance)
 	return nil
 }
 
-func (a *app) exportStdout(ctx context.Context, id string) error {
+func (a *app) exportStdout(ctx context.Context, id string, info fabric.ExportInfo, prov string) error {
 	if f, ok := a.stdout.(*os.File); ok && a.isTTY(f) {
 		return fmt.Errorf("export --to -: stdout is a terminal, redirect it: %w", errdefs.ErrInvalidArgument)
 	}
-	// stdout carries the tar: no result is printed, even with -o json.
-	_, err := a.client.ExportTar(ctx, id, a.stdout)
-	return err
+	// stdout carries the stream: no result is printed, even with -o json.
+	var err error
+	if info.Format == "patch" {
+		_, err = a.client.Patch(ctx, info.Base, id, a.stdout)
+	} else {
+		_, err = a.client.ExportTar(ctx, id, a.stdout)
+	}
+	if err != nil || prov == "" {
+		return err
+	}
+	info.Destination = "-"
+	return a.writeProvenance(ctx, id, info, prov)
 }
 
 // fileExport is the result of an export to a tar file.
 type fileExport struct {
 	RootID    string `json:"root_id"`
 	To        string `json:"to"`
-	Format    string `json:"format"`     // tar, zstd or gzip
+	Format    string `json:"format"`     // tar, zstd, gzip or patch
 	TarBytes  int64  `json:"tar_bytes"`  // uncompressed stream
 	FileBytes int64  `json:"file_bytes"` // what was written to the file
+	// Provenance is where the record of the export was written.
+	Provenance string `json:"provenance"`
 }
 
-func (a *app) exportFile(ctx context.Context, id, to string) (err error) {
+func (a *app) exportFile(ctx context.Context, id, to string, info fabric.ExportInfo, prov string) (err error) {
 	abs, err := filepath.Abs(to)
 	if err != nil {
 		return fmt.Errorf("export --to %s: %v: %w", to, err, errdefs.ErrInvalidArgument)
 	}
 	format := tarFormat(abs)
+	if info.Format == "patch" {
+		format = "patch"
+	}
+	if prov == "" {
+		prov = abs + ".provenance.json"
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("export --to %s: %w", abs, localError(err))
@@ -221,7 +278,12 @@ func (a *app) exportFile(ctx context.Context, id, to string) (err error) {
 		enc, w = gw, gw
 	}
 	bar := a.progress(-1, "exporting to "+filepath.Base(abs))
-	res, err := a.client.ExportTar(ctx, id, io.MultiWriter(w, bar))
+	var res *api.ExportTarResult
+	if format == "patch" {
+		res, err = a.client.Patch(ctx, info.Base, id, io.MultiWriter(w, bar))
+	} else {
+		res, err = a.client.ExportTar(ctx, id, io.MultiWriter(w, bar))
+	}
 	bar.Finish()
 	if err != nil {
 		if enc != nil {
@@ -251,12 +313,16 @@ func (a *app) exportFile(ctx context.Context, id, to string) (err error) {
 		d.Sync() // best effort: the file itself is complete either way
 		d.Close()
 	}
-	out := fileExport{RootID: res.RootID, To: abs, Format: format, TarBytes: res.Bytes, FileBytes: file.n}
+	info.Destination = abs
+	if err := a.writeProvenance(ctx, id, info, prov); err != nil {
+		return err
+	}
+	out := fileExport{RootID: res.RootID, To: abs, Format: format, TarBytes: res.Bytes, FileBytes: file.n, Provenance: prov}
 	if a.json {
 		return a.printJSON(out)
 	}
-	fmt.Fprintf(a.stdout, "exported %s to %s (%s tar, %s written)\n",
-		out.RootID, out.To, humanBytes(out.TarBytes), humanBytes(out.FileBytes))
+	fmt.Fprintf(a.stdout, "exported %s to %s (%s %s, %s written); provenance %s\n",
+		out.RootID, out.To, humanBytes(out.TarBytes), info.Format, humanBytes(out.FileBytes), prov)
 	return nil
 }
 

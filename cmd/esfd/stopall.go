@@ -45,7 +45,13 @@ func stopAll(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	f, err := fabric.Open(ctx, fabric.Options{StateDir: state, Logger: log})
+	// The executor too: live runc attempts' containers must stop before
+	// their roots can be unmounted.
+	opts := fabric.Options{StateDir: state, Logger: log}
+	if ex, err := runcExecutor(state, "", log); err == nil {
+		opts.Executor = ex
+	}
+	f, err := fabric.Open(ctx, opts)
 	if err != nil {
 		return err
 	}

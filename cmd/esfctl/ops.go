@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/treediff"
+)
+
+func (a *app) gcCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "gc",
+		Usage: "delete stored objects no node, attempt or record reaches",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "dry-run", Usage: "count what would be deleted, delete nothing"},
+			idempotencyKeyFlag(),
+		},
+		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
+			if err := exactArgs(cmd, 0); err != nil {
+				return err
+			}
+			var raw []byte
+			opt := a.callOptions(cmd)
+			opt.Raw = &raw
+			bar := a.spinner("collecting")
+			rep, err := a.client.Collect(ctx, fabric.CollectRequest{DryRun: cmd.Bool("dry-run")}, opt)
+			bar.Finish()
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printRaw(raw)
+			}
+			deleted := "deleted"
+			if rep.DryRun {
+				deleted = "would delete"
+			}
+			a.table([][2]string{
+				{"examined", fmt.Sprint(rep.Examined)},
+				{"live", fmt.Sprint(rep.Live)},
+				{deleted, fmt.Sprint(rep.Deleted)},
+				{"bytes reclaimed", humanBytes(rep.BytesReclaimed)},
+			})
+			return nil
+		}),
+	}
+}
+
+func (a *app) mergeCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "merge",
+		Usage:     "three-way merge sealed nodes into a new node",
+		ArgsUsage: "NODE NODE...",
+		Description: "Merges the nodes' trees against their lowest common ancestor (or --base).\n" +
+			"On a conflict nothing is created, every conflicting path is printed on\n" +
+			"stderr, one per line, and the exit status is 4.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "base", Usage: "the merge base node (default: the lowest common ancestor)"},
+			&cli.StringFlag{Name: "logical-state", Usage: "the merged node's logical state (JSON)"},
+			&cli.BoolFlag{Name: "promote", Usage: "make the merged node canonical (needs --expected-generation)"},
+			&cli.Uint64Flag{Name: "expected-generation", Usage: "the generation the group must be at, with --promote"},
+			idempotencyKeyFlag(),
+		},
+		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() < 2 {
+				return fmt.Errorf("merge: want at least two nodes, got %d: %w", cmd.Args().Len(), errdefs.ErrInvalidArgument)
+			}
+			ls, err := jsonFlag(cmd, "logical-state")
+			if err != nil {
+				return err
+			}
+			var raw []byte
+			opt := a.callOptions(cmd)
+			opt.Raw = &raw
+			res, err := a.client.Merge(ctx, fabric.MergeRequest{
+				Nodes: cmd.Args().Slice(), Base: cmd.String("base"), LogicalState: ls,
+				Promote: cmd.Bool("promote"), ExpectedGeneration: cmd.Uint64("expected-generation"),
+			}, opt)
+			if err != nil {
+				var pe *api.PathsError
+				if errors.As(err, &pe) && !a.json {
+					for _, p := range pe.Paths {
+						fmt.Fprintln(a.stderr, displayPath(p))
+					}
+				}
+				return err
+			}
+			if a.json {
+				return a.printRaw(raw)
+			}
+			fmt.Fprintln(a.stdout, res.Node.NodeID)
+			msg := fmt.Sprintf("merged into %s (root %s, base %s)", res.Node.NodeID, res.Node.RootID, res.Base)
+			if res.Group != nil {
+				msg += fmt.Sprintf("; canonical, generation %d", res.Group.Generation)
+			}
+			fmt.Fprintln(a.stderr, msg)
+			return nil
+		}),
+	}
+}
+
+// displayPath shows the root directory, whose path is "", as "/".
+func displayPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	return p
+}
+
+// changeLetter is the one-letter kind of a change in `esfctl diff`.
+func changeLetter(kind string) string {
+	switch kind {
+	case treediff.Added.String():
+		return "A"
+	case treediff.Deleted.String():
+		return "D"
+	case treediff.Modified.String():
+		return "M"
+	case treediff.TypeChanged.String():
+		return "T"
+	case treediff.MetaChanged.String():
+		return "m"
+	}
+	return "?"
+}
+
+func (a *app) diffCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "diff",
+		Usage:     "list the paths that differ between two trees",
+		ArgsUsage: "A B",
+		Description: "A and B are node or root ids. Prints one line per change from A to B:\n" +
+			"A added, D deleted, M modified, T type changed, m metadata only.",
+		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
+			if err := exactArgs(cmd, 2); err != nil {
+				return err
+			}
+			var raw []byte
+			res, err := a.client.Diff(ctx, cmd.Args().Get(0), cmd.Args().Get(1), api.CallOptions{Raw: &raw})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printRaw(raw)
+			}
+			for _, c := range res.Changes {
+				fmt.Fprintf(a.stdout, "%s %s\n", changeLetter(c.Kind), displayPath(c.Path))
+			}
+			return nil
+		}),
+	}
+}
+
+func (a *app) verifyProvenanceCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "verify-provenance",
+		Usage:     "check a provenance record written by an export",
+		ArgsUsage: "FILE",
+		Description: "Exits 0 if the record is authentic and every id it names is intact;\n" +
+			"otherwise prints the problems and exits 9 (corrupt).",
+		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
+			if err := exactArgs(cmd, 1); err != nil {
+				return err
+			}
+			p := cmd.Args().First()
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return fmt.Errorf("verify-provenance %s: %w", p, localError(err))
+			}
+			var raw []byte
+			rep, err := a.client.VerifyProvenance(ctx, b, api.CallOptions{Raw: &raw})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				if err := a.printRaw(raw); err != nil {
+					return err
+				}
+			} else if rep.Valid {
+				fmt.Fprintf(a.stdout, "%s: valid (%d ids checked)\n", p, rep.Checked)
+			} else {
+				for _, pr := range rep.Problems {
+					fmt.Fprintf(a.stdout, "%s: %s\n", pr.Field, pr.Problem)
+				}
+			}
+			if !rep.Valid {
+				return fmt.Errorf("verify-provenance %s: %d problem(s): %w", p, len(rep.Problems), errdefs.ErrCorrupt)
+			}
+			return nil
+		}),
+	}
+}
+
+// writeProvenance fetches the record of an export esfctl made itself and
+// writes it to path, atomically.
+func (a *app) writeProvenance(ctx context.Context, id string, info fabric.ExportInfo, path string) error {
+	rec, err := a.client.Provenance(ctx, id, info, api.CallOptions{})
+	if err != nil {
+		return err
+	}
+	b, err := jsonIndent(rec)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("provenance %s: %w", path, localError(err))
+	}
+	_, werr := tmp.Write(b)
+	if werr == nil {
+		werr = tmp.Chmod(0o666 &^ a.umask)
+	}
+	if werr == nil {
+		werr = tmp.Sync()
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), path)
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("provenance %s: %w", path, localError(werr))
+	}
+	return nil
+}
+
+func jsonIndent(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
