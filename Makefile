@@ -2,7 +2,7 @@
 #
 #   make run    install missing system packages, build, start esfd in the foreground
 #   make test   install missing system packages, go vet, go test -race over every package
-#   make bench  the benchmarks under bench/ (import throughput vs cp -a)
+#   make bench  the benchmark suite (bench/): ratios against baselines in the same run
 
 GO          ?= go
 BIN         ?= bin

@@ -178,7 +178,11 @@ func (c *countingStore) scan(ctx context.Context, log *slog.Logger) {
 	defer c.mu.Unlock()
 	if err != nil {
 		c.scanErr = fmt.Errorf("count objects: %w", err)
-		log.Error("object tally failed", "err", err)
+		if errors.Is(err, context.Canceled) {
+			log.Debug("object tally stopped by close")
+		} else {
+			log.Error("object tally failed", "err", err)
+		}
 	} else {
 		for _, size := range c.pending {
 			if size >= 0 {

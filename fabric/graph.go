@@ -18,8 +18,10 @@ import (
 // in the same batch, so a crash leaves the operation either absent or whole
 // and a replay returns the first result unchanged.
 
-// MaxFork bounds the children one fork creates.
-const MaxFork = 10_000
+// MaxFork bounds the children one fork creates: the first result of every
+// mutation is kept whole under its idempotency key (journal.MaxValueSize),
+// and 2000 draft nodes fit with room to spare. Fork more in several calls.
+const MaxFork = 2_000
 
 // Operation names: the idempotency op and the failpoint namespace.
 const (
