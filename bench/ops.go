@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/fabric"
+)
+
+// Ops drives a daemon the way a user does: through its API client over the
+// unix socket, so that every latency includes the HTTP round trip and the
+// JSON coding. Path reports, per operation, which way a row was measured.
+type Ops struct {
+	c *api.Client
+	f *fabric.Fabric
+	// viaFabric calls the graph and attempt operations as Go methods (no
+	// transport), to measure what the API adds (-bench.fabric).
+	viaFabric bool
+}
+
+// Path of the transport an operation goes through: "api" or "fabric".
+func (o *Ops) Path(op string) string {
+	if o.viaFabric && op != "import" && op != "export" {
+		return "fabric"
+	}
+	return "api"
+}
+
+// ImportResult is what an import reports.
+type ImportResult struct {
+	RootID     string
+	Files      int64
+	Bytes      int64
+	NewObjects int64
+}
+
+// Import imports a directory on the daemon's host.
+func (o *Ops) Import(ctx context.Context, path string) (ImportResult, error) {
+	r, err := o.c.Import(ctx, path, apiOpts)
+	if err != nil {
+		return ImportResult{}, fmt.Errorf("import %s: %w", path, err)
+	}
+	return ImportResult{RootID: r.RootID.String(), Files: r.Files, Bytes: r.Bytes, NewObjects: r.NewObjects}, nil
+}
+
+// ExportDir writes the tree of id into dest (must not exist).
+func (o *Ops) ExportDir(ctx context.Context, id, dest string) error {
+	_, err := o.c.Export(ctx, id, dest, apiOpts)
+	return err
+}
+
+// ExportTar streams the tree of id as a tar into w.
+func (o *Ops) ExportTar(ctx context.Context, id string, w io.Writer) error {
+	_, err := o.c.ExportTar(ctx, id, w)
+	return err
+}
+
+// CreateGroup makes a group whose root node is sealed at rootID.
+func (o *Ops) CreateGroup(ctx context.Context, rootID string) (fabric.CreateGroupResult, error) {
+	if o.viaFabric {
+		return o.f.CreateGroup(ctx, fabric.CreateGroupRequest{RootID: rootID})
+	}
+	r, err := o.c.CreateGroup(ctx, fabric.CreateGroupRequest{RootID: rootID}, apiOpts)
+	if err != nil {
+		return fabric.CreateGroupResult{}, err
+	}
+	return *r, nil
+}
+
+// Fork creates n drafts of node and returns their ids.
+func (o *Ops) Fork(ctx context.Context, node string, n int) ([]string, error) {
+	req := fabric.ForkRequest{NodeID: node, N: n}
+	var res *fabric.ForkResult
+	if o.viaFabric {
+		r, err := o.f.Fork(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		res = &r
+	} else {
+		var err error
+		if res, err = o.c.Fork(ctx, req, apiOpts); err != nil {
+			return nil, err
+		}
+	}
+	ids := make([]string, len(res.Nodes))
+	for i, n := range res.Nodes {
+		ids[i] = n.NodeID
+	}
+	return ids, nil
+}
+
+// Inspect reads a node, attempt or group.
+func (o *Ops) Inspect(ctx context.Context, id string) error {
+	if o.viaFabric {
+		_, err := o.f.Inspect(ctx, id)
+		return err
+	}
+	_, err := o.c.Inspect(ctx, id, apiOpts)
+	return err
+}
+
+// Activate starts an attempt (executor none) on node and returns its id and
+// writable root.
+func (o *Ops) Activate(ctx context.Context, node string) (attemptID, root string, err error) {
+	req := fabric.ActivateRequest{NodeID: node}
+	if o.viaFabric {
+		a, err := o.f.Activate(ctx, req)
+		return a.AttemptID, a.Root, err
+	}
+	a, err := o.c.Activate(ctx, req, apiOpts)
+	if err != nil {
+		return "", "", err
+	}
+	return a.AttemptID, a.Root, nil
+}
+
+// Suspend seals an attempt (and releases it) and returns the sealed node.
+func (o *Ops) Suspend(ctx context.Context, attemptID string) (string, error) {
+	return o.suspend(ctx, fabric.SuspendRequest{AttemptID: attemptID})
+}
+
+// Checkpoint seals an attempt and leaves it active (suspend
+// --keep-running).
+func (o *Ops) Checkpoint(ctx context.Context, attemptID string) (string, error) {
+	return o.suspend(ctx, fabric.SuspendRequest{AttemptID: attemptID, KeepRunning: true})
+}
+
+func (o *Ops) suspend(ctx context.Context, req fabric.SuspendRequest) (string, error) {
+	if o.viaFabric {
+		res, err := o.f.Suspend(ctx, req)
+		return res.Node.NodeID, err
+	}
+	res, err := o.c.Suspend(ctx, req, apiOpts)
+	if err != nil {
+		return "", err
+	}
+	return res.Node.NodeID, nil
+}
+
+// Release ends an attempt without sealing it.
+func (o *Ops) Release(ctx context.Context, attemptID string) error {
+	req := fabric.ReleaseRequest{AttemptID: attemptID}
+	if o.viaFabric {
+		_, err := o.f.Release(ctx, req)
+		return err
+	}
+	_, err := o.c.Release(ctx, req, apiOpts)
+	return err
+}
+
+// apiOpts are the call options of the benchmarks' API calls: none, so the
+// server generates the idempotency key as it does for esfctl by default.
+var apiOpts = api.CallOptions{}
