@@ -235,32 +235,7 @@ func (c *Client) ExportTar(ctx context.Context, id string, w io.Writer) (*Export
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	res := &ExportTarResult{RootID: resp.Header.Get(HeaderRootID)}
-	tw := &trackingWriter{w: w}
-	n, err := io.Copy(tw, resp.Body)
-	res.Bytes = n
-	if tw.err != nil {
-		return nil, &errdefs.Error{Code: errdefs.CodeOf(tw.err), Message: fmt.Sprintf("export %s: write: %v", id, tw.err)}
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, c.transportError(ctx, err)
-		}
-		return nil, &errdefs.Error{Code: errdefs.CodeUnavailable, Message: fmt.Sprintf("export %s: stream broken after %d bytes: %v", id, n, err)}
-	}
-	// Trailers are only known once the body has been read to its end.
-	switch resp.Trailer.Get(TrailerStatus) {
-	case "ok":
-		return res, nil
-	case "error":
-		var e errdefs.Error
-		if json.Unmarshal([]byte(resp.Trailer.Get(TrailerError)), &e) == nil && e.Code != "" {
-			e.Message = fmt.Sprintf("export %s: failed after %d bytes: %s", id, n, e.Message)
-			return nil, &e
-		}
-	}
-	return nil, &errdefs.Error{Code: errdefs.CodeInternal, Message: fmt.Sprintf("export %s: stream ended after %d bytes without completion status", id, n)}
+	return c.readStream(ctx, resp, "export "+id, w)
 }
 
 // Fsck re-hashes every stored object and returns the bad ones.
