@@ -66,11 +66,7 @@ func (f *Fabric) liveRoots(ctx context.Context) (roots, extra []cas.ID, err erro
 		return nil
 	}
 	err = f.journal.View(ctx, func(r journal.Reader) error {
-		err := journal.ScanPrefix(r, []byte("node/"), func(_, v []byte) error {
-			var n journal.Node
-			if err := json.Unmarshal(v, &n); err != nil {
-				return fmt.Errorf("node record: %w", err)
-			}
+		err := journal.Nodes(r, func(n journal.Node) error {
 			if n.Status == journal.NodePruned {
 				return nil
 			}
@@ -79,11 +75,7 @@ func (f *Fabric) liveRoots(ctx context.Context) (roots, extra []cas.ID, err erro
 		if err != nil {
 			return err
 		}
-		err = journal.ScanPrefix(r, []byte("eval/"), func(_, v []byte) error {
-			var e journal.Evaluation
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("evaluation record: %w", err)
-			}
+		err = journal.Evaluations(r, func(e journal.Evaluation) error {
 			for _, ev := range e.Evidence {
 				if err := add(&extra, ev); err != nil {
 					return err

@@ -428,10 +428,9 @@ func (f *Fabric) isQueued(ctx context.Context, id string) bool {
 func (f *Fabric) queuedAttempts(ctx context.Context) ([]queued, error) {
 	var out []queued
 	err := f.journal.View(ctx, func(r journal.Reader) error {
-		return journal.ScanPrefix(r, []byte("attempt/"), func(_, v []byte) error {
-			var a journal.Attempt
-			if err := json.Unmarshal(v, &a); err != nil || a.State != journal.AttemptQueued {
-				return err
+		return journal.Attempts(r, func(a journal.Attempt) error {
+			if a.State != journal.AttemptQueued {
+				return nil
 			}
 			var d rtData
 			if rt, err := journal.GetAttemptRuntime(r, a.AttemptID); err == nil {

@@ -130,12 +130,35 @@ func UpdateGroup(tx Tx, g Group) error {
 
 // Groups calls fn for every group, oldest first.
 func Groups(r Reader, fn func(Group) error) error {
-	return ScanPrefix(r, []byte(prefixGroup), func(k, v []byte) error {
-		var g Group
-		if err := decode("group "+string(k[len(prefixGroup):]), v, &g); err != nil {
+	return scanRecords(r, prefixGroup, "group", fn)
+}
+
+// Nodes calls fn for every node of every group, in id order (a whole-graph
+// scan: GC and audits, never a per-operation path).
+func Nodes(r Reader, fn func(Node) error) error {
+	return scanRecords(r, prefixNode, "node", fn)
+}
+
+// Attempts calls fn for every attempt, in id (creation) order.
+func Attempts(r Reader, fn func(Attempt) error) error {
+	return scanRecords(r, prefixAttempt, "attempt", fn)
+}
+
+// Evaluations calls fn for every evaluation, in id order.
+func Evaluations(r Reader, fn func(Evaluation) error) error {
+	return scanRecords(r, prefixEval, "evaluation", fn)
+}
+
+func scanRecords[T any, P interface {
+	*T
+	Validate() error
+}](r Reader, prefix, what string, fn func(T) error) error {
+	return ScanPrefix(r, []byte(prefix), func(k, v []byte) error {
+		var rec T
+		if err := decode(what+" "+string(k[len(prefix):]), v, P(&rec)); err != nil {
 			return err
 		}
-		return fn(g)
+		return fn(rec)
 	})
 }
 

@@ -298,14 +298,7 @@ func (r *reader) Scan(start, end []byte, fn func(key, value []byte) error) (err 
 }
 
 func (r *reader) Events(after uint64, fn func(ev journal.Event) error) error {
-	start, end := kvutil.EventRange(after)
-	return r.Scan(start, end, func(k, v []byte) error {
-		ev, err := kvutil.DecodeEvent(k, v)
-		if err != nil {
-			return err
-		}
-		return fn(ev)
-	})
+	return kvutil.ScanEvents(r.Scan, after, fn)
 }
 
 func (r *reader) LastSeq() (uint64, error) {

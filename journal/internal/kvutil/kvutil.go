@@ -196,3 +196,16 @@ func (b *Broadcaster) Close() {
 		b.ch = nil
 	}
 }
+
+// ScanEvents implements Reader.Events over a store's Scan: every event
+// after seq after, in order, decoded.
+func ScanEvents(scan func(start, end []byte, fn func(k, v []byte) error) error, after uint64, fn func(journal.Event) error) error {
+	start, end := EventRange(after)
+	return scan(start, end, func(k, v []byte) error {
+		ev, err := DecodeEvent(k, v)
+		if err != nil {
+			return err
+		}
+		return fn(ev)
+	})
+}
