@@ -14,6 +14,9 @@ LDFLAGS     := -s -w -X github.com/esf-dev/esf/fabric.Version=$(VERSION)
 TEST_TIMEOUT ?= 30m
 # Extra arguments for go test, e.g. make test TESTFLAGS='-run TestE2E -v'.
 TESTFLAGS   ?=
+# The remote-provider adapters are Go modules of their own (issue 10): the
+# core never depends on them, and make test runs each one's suite too.
+ADAPTERS    := $(patsubst %/go.mod,%,$(wildcard adapters/workspace/*/go.mod))
 
 .PHONY: all build run test vet bench deps fmt lint clean
 
@@ -36,10 +39,12 @@ run: deps build
 
 vet:
 	$(GO) vet ./...
+	@for m in $(ADAPTERS); do echo "go vet $$m"; (cd $$m && $(GO) vet ./...) || exit 1; done
 
 # -race needs cgo whatever CGO_ENABLED the binaries are built with.
 test: deps vet
 	CGO_ENABLED=1 $(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
+	@for m in $(ADAPTERS); do echo "go test $$m"; (cd $$m && CGO_ENABLED=1 $(GO) test -race -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...) || exit 1; done
 
 # The benchmark suite of issue 8 (bench/doc.go): every scenario once, each
 # against its baseline in the same run; prints the table and writes
@@ -57,6 +62,7 @@ fmt:
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@for m in $(ADAPTERS); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
 clean:
 	rm -rf $(BIN)
