@@ -14,18 +14,21 @@ func Resolve(home, cwd, p string) (string, error) {
 	if p == "" || strings.IndexByte(p, 0) >= 0 {
 		return "", &fs.PathError{Op: "resolve", Path: p, Err: fs.ErrInvalid}
 	}
+	var base, rest string
 	switch {
-	case p == "~":
-		p = home
-	case strings.HasPrefix(p, "~/"):
-		p = home + p[1:]
+	case p == "~" || strings.HasPrefix(p, "~/"):
+		base, rest = home, p[1:]
 	case !strings.HasPrefix(p, "/"):
-		p = cwd + "/" + p
+		base, rest = cwd, "/"+p
+	default:
+		return path.Clean(p), nil
 	}
-	if !strings.HasPrefix(p, "/") {
+	// Check the base itself: an empty one joined with "/x" would look
+	// absolute and quietly resolve against "/".
+	if !strings.HasPrefix(base, "/") {
 		return "", &fs.PathError{Op: "resolve", Path: p, Err: fmt.Errorf("home or cwd is not absolute: %w", fs.ErrInvalid)}
 	}
-	return path.Clean(p), nil
+	return path.Clean(base + rest), nil
 }
 
 // Rel is the relative spelling of the absolute path p under dir, or false

@@ -168,5 +168,9 @@ func GrepWalk(ctx context.Context, b ReadLister, pattern string, opts GrepOption
 	if errors.Is(err, fs.SkipAll) {
 		err = nil
 	}
+	// The walk meets "d/x" before "d-y" (it finishes d/ first) but the
+	// contract orders by path; each file's matches are contiguous and in
+	// line order, so a stable sort by path is enough.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, err
 }

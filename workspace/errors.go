@@ -79,5 +79,10 @@ func ContextError(ctx context.Context, op string, err error) error {
 	if errors.Is(err, ctx.Err()) {
 		return err
 	}
-	return fmt.Errorf("%s: %w (%v)", op, context.Cause(ctx), err)
+	// A cause set with WithTimeoutCause/WithCancelCause replaces ctx.Err() in
+	// context.Cause; keep both so the class still matches.
+	if cause := context.Cause(ctx); cause != ctx.Err() {
+		return fmt.Errorf("%s: %w: %w (%v)", op, ctx.Err(), cause, err)
+	}
+	return fmt.Errorf("%s: %w (%v)", op, ctx.Err(), err)
 }

@@ -20,8 +20,9 @@ type Spec struct {
 	WorkDir string
 	// Env is set for every command of the session.
 	Env map[string]string
-	// Timeout is how long the session may live without being closed before
-	// the provider may reclaim it. Zero means the provider's default.
+	// Timeout is the session's lifetime: the provider may reclaim it that
+	// long after Create (or the last Resume) unless it was closed first.
+	// Zero means the provider's default.
 	Timeout time.Duration
 	// Metadata is stored with the session and returned by Enumerator; keys
 	// and values are opaque to the provider.
@@ -39,6 +40,7 @@ type Session interface {
 	// Upload streams r into path, creating parent directories, and replaces
 	// the file atomically when r is fully read: a failed or cancelled upload
 	// leaves the old file (or none). The file gets mode 0644 when new.
+	// Uploading onto a directory fails and leaves the directory.
 	// Implementations do not hold the whole file in memory.
 	Upload(ctx context.Context, path string, r io.Reader) error
 	// Download opens path for streaming. The caller closes the reader;
