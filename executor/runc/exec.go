@@ -340,17 +340,16 @@ func (p *process) watch(ctx context.Context) {
 		return
 	case <-ctx.Done():
 	}
-	if p.e.killTree(p.id, p.pid) {
-		p.killedBy = ctx.Err()
-	}
+	// ctx ended first: whatever the exit status says, the command was
+	// stopped. When the kill reaches a child before the main process, a
+	// shell can exit on its own with a normal status; that is still a kill.
+	p.killedBy = ctx.Err()
+	p.e.killTree(p.id, p.pid)
 	select {
 	case <-p.runcDone:
 	case <-time.After(killGrace):
 		// A daemon that escaped the tree holds runc's pipes open.
 		p.signalRunc(unix.SIGKILL)
-		if p.killedBy == nil {
-			p.killedBy = ctx.Err()
-		}
 	}
 }
 

@@ -19,22 +19,21 @@ import (
 // them, as long as they are still in the container's cgroup. It repeats
 // until none is left alive, since a process may fork between the listing
 // and the kill; killing is final, so a process never escapes by forking
-// faster than one pass. It reports whether pid itself was signalled.
+// faster than one pass.
 //
 // Pids come from the cgroup and are signalled through a pidfd opened after
 // the decision and checked against the start time read with it, so a pid
 // recycled in between is never hit.
-func (e *Executor) killTree(id string, pid int) bool {
+func (e *Executor) killTree(id string, pid int) {
 	ctx, cancel := context.WithTimeout(context.Background(), e.opts.CommandTimeout)
 	defer cancel()
 	const settle = 5 * time.Second
 	deadline := time.Now().Add(settle)
 	tree := map[int]bool{pid: true}
-	hitMain := false
 	for pass := 0; ; pass++ {
 		pids, err := e.rc.Ps(ctx, id)
 		if err != nil {
-			return hitMain // the container is gone, and its processes with it
+			return // the container is gone, and its processes with it
 		}
 		procs := make(map[int]procStat, len(pids))
 		for _, q := range pids {
@@ -44,23 +43,21 @@ func (e *Executor) killTree(id string, pid int) bool {
 		}
 		vs := victims(procs, pid, tree)
 		if len(vs) == 0 {
-			return hitMain
+			return
 		}
 		if pass == 1 {
 			// Still alive after a SIGKILL: a frozen container holds them
 			// until Thaw or Stop, which will finish the job.
 			if info, err := e.state(ctx, id); err == nil && info.Status == executor.StatusPaused {
-				return hitMain
+				return
 			}
 		}
 		for _, v := range vs {
 			tree[v.pid] = true
-			if pidfdKill(v) && v.pid == pid {
-				hitMain = true
-			}
+			pidfdKill(v)
 		}
 		if time.Now().After(deadline) {
-			return hitMain
+			return
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -20,8 +20,8 @@
 // suite never holds a file in memory whatever LargeFile is; the seed is
 // logged and SeedEnv replays it.
 //
-// The commands it runs are plain POSIX sh with echo, cat, pwd, printf,
-// printenv, sleep, exit, true, false, wc and chmod: they mean the same on a
+// The commands it runs are plain POSIX sh with echo, cat, pwd, printf, env,
+// sleep, exit, true, false, wc and chmod: they mean the same on a
 // busybox image, in a remote sandbox and in workspace/fake's interpreter.
 // It assumes /tmp exists and that sessions created from one Spec share a
 // home directory.
