@@ -39,8 +39,11 @@
 // GET /v1/patch streams a git patch with the same trailers. POST /v1/exec
 // streams frames ([id][u32 length][payload]; 1 stdout, 2 stderr, 3 exit,
 // last) written and flushed as the command produces output; the request
-// context is the command's, so a client that leaves kills it. stdin and
-// tty, which need a two-way stream, are unsupported so far.
+// context is the command's, so a client that leaves kills it. With stdin or
+// a terminal the same request becomes full duplex (media type
+// application/vnd.esf.exec-stream, exec_stream.go): the client sends the
+// request (5), stdin (0, empty = end) and resize (4) frames in the body, and
+// the server adds stdin acknowledgements (6) that bound what is in flight.
 //
 // Content endpoints (gc, merge, diff, export-node, provenance,
 // verify-provenance) are plain JSON. The one error writer adds "paths" to

@@ -102,6 +102,17 @@ type daemon struct {
 // waits until it answers.
 func startDaemon(t *testing.T, state ...string) *daemon {
 	t.Helper()
+	var dir string
+	if len(state) > 0 {
+		dir = state[0]
+	}
+	return startDaemonWith(t, dir)
+}
+
+// startDaemonWith is startDaemon with a state dir ("" for a fresh one) and
+// extra esfd flags.
+func startDaemonWith(t *testing.T, state string, flags ...string) *daemon {
+	t.Helper()
 	requireRoot(t)
 	dir := t.TempDir()
 	d := &daemon{
@@ -111,10 +122,10 @@ func startDaemon(t *testing.T, state ...string) *daemon {
 		logs:   &syncBuffer{},
 		exited: make(chan struct{}),
 	}
-	if len(state) > 0 {
-		d.state = state[0]
+	if state != "" {
+		d.state = state
 	}
-	d.cmd = exec.Command(esfdBin, "--state", d.state, "--socket", d.socket, "--log-level", "debug")
+	d.cmd = exec.Command(esfdBin, append([]string{"--state", d.state, "--socket", d.socket, "--log-level", "debug"}, flags...)...)
 	d.cmd.Stderr = d.logs
 	d.cmd.Stdout = d.logs
 	if err := d.cmd.Start(); err != nil {

@@ -191,8 +191,13 @@ func (f *Fabric) runWASI(ctx context.Context, a AttemptView, req ExecRequest, st
 	if f.wasm == nil {
 		return ExecResult{}, fmt.Errorf("exec: this daemon has no WASI runtime: %w", journal.ErrUnsupported)
 	}
-	if req.TTY || req.User != "" || req.Workdir != "" {
-		return ExecResult{}, fmt.Errorf("exec: WASI modules take no tty, user or workdir: %w", journal.ErrInvalidArgument)
+	if req.TTY {
+		// A module sees stdio as plain streams: there is no terminal to
+		// give it, whatever the request.
+		return ExecResult{}, fmt.Errorf("exec: WASI modules run without a terminal (tty): %w", journal.ErrUnsupported)
+	}
+	if req.User != "" || req.Workdir != "" {
+		return ExecResult{}, fmt.Errorf("exec: WASI modules take no user or workdir: %w", journal.ErrInvalidArgument)
 	}
 	if len(req.Args) == 0 && req.Module == "" {
 		return ExecResult{}, fmt.Errorf("exec: no module: %w", journal.ErrInvalidArgument)

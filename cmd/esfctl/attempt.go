@@ -10,6 +10,7 @@ import (
 
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/internal/size"
 )
 
 // The attempt verbs: activate, suspend, release, retry, lease renew, mount,
@@ -42,16 +43,29 @@ func (a *app) printAttempt(raw []byte, v *fabric.AttemptView) error {
 
 func (a *app) activateCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "activate",
-		Usage:     "lease a node for a new attempt and mount its private writable root",
-		ArgsUsage: "NODE [--executor none|runc|wasi] [--ttl D]",
+		Name:  "activate",
+		Usage: "lease a node for a new attempt and mount its private writable root",
+		ArgsUsage: "NODE [--executor none|runc|wasi] [--ttl D] [--no-queue]\n" +
+			"      [--memory SIZE] [--pids N] [--cpus N] [--env K=V]... [--workdir DIR] [--user UID:GID]",
 		Description: "NODE is a draft or sealed node. The attempt's root (printed as root) is an\n" +
 			"overlay over the node's tree; write there, then suspend to seal the changes.\n" +
 			"The lease expires after --ttl unless renewed (esfctl lease renew); an expired\n" +
-			"attempt fails and its changes are dropped.",
+			"attempt fails and its changes are dropped.\n\n" +
+			"A runc attempt's container is limited by --memory, --pids and --cpus, and its\n" +
+			"execs get --env, --workdir and --user as defaults. --memory is also what the\n" +
+			"attempt reserves against the daemon's --max-memory. An attempt beyond the\n" +
+			"daemon's quotas waits queued, or with --no-queue fails with quota_exceeded\n" +
+			"(exit 7).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "executor", Usage: "executor of the attempt: none (a root to write in), runc (a container; see esfctl exec) or wasi", Value: fabric.ExecutorNone},
 			ttlFlag(fmt.Sprintf("lease time to live (default %v)", fabric.DefaultLeaseTTL)),
+			&cli.BoolFlag{Name: "no-queue", Usage: "fail with quota_exceeded instead of waiting when the daemon is at capacity"},
+			&cli.StringFlag{Name: "memory", Usage: "memory limit, e.g. 512M or 2G (K, M, G, T: powers of 1024)"},
+			&cli.Int64Flag{Name: "pids", Usage: "limit on processes and threads in the container"},
+			&cli.Float64Flag{Name: "cpus", Usage: "CPU time per wall second, in CPUs (e.g. 1.5)"},
+			&cli.StringSliceFlag{Name: "env", Usage: "K=V in every exec's environment (repeatable)"},
+			&cli.StringFlag{Name: "workdir", Usage: "default working directory of execs, inside the attempt"},
+			&cli.StringFlag{Name: "user", Usage: "default UID:GID of execs"},
 			idempotencyKeyFlag(),
 		},
 		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
@@ -62,11 +76,22 @@ func (a *app) activateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			req := fabric.ActivateRequest{NodeID: cmd.Args().First(), Executor: cmd.String("executor"), TTLMillis: ttl,
+				NoQueue: cmd.Bool("no-queue"), Pids: cmd.Int64("pids"), CPUs: cmd.Float64("cpus"),
+				Workdir: cmd.String("workdir"), User: cmd.String("user")}
+			if req.MemoryBytes, err = size.Parse(cmd.String("memory")); err != nil {
+				return fmt.Errorf("activate --memory: %v: %w", err, errdefs.ErrInvalidArgument)
+			}
+			if req.Pids < 0 || req.CPUs < 0 {
+				return fmt.Errorf("activate: negative --pids or --cpus: %w", errdefs.ErrInvalidArgument)
+			}
+			if req.Env, err = envFlag(cmd, "activate"); err != nil {
+				return err
+			}
 			var raw []byte
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
-			v, err := a.client.Activate(ctx, fabric.ActivateRequest{NodeID: cmd.Args().First(),
-				Executor: cmd.String("executor"), TTLMillis: ttl}, opt)
+			v, err := a.client.Activate(ctx, req, opt)
 			if err != nil {
 				return err
 			}

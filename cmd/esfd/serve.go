@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/esf-dev/esf/api"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/internal/size"
 	"github.com/esf-dev/esf/metrics"
 	"github.com/esf-dev/esf/wasi"
 )
@@ -103,7 +102,7 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 
-	maxMem, err := parseBytes(cmd.String("max-memory"))
+	maxMem, err := size.Parse(cmd.String("max-memory"))
 	if err != nil {
 		return err
 	}
@@ -238,31 +237,4 @@ func serveMetrics(addr string, m *metrics.Metrics, log *slog.Logger) (stop func(
 		srv.Close()
 		<-done
 	}, nil
-}
-
-// parseBytes reads sizes like 512M, 8G or 1073741824; empty is 0.
-func parseBytes(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	mult := int64(1)
-	switch strings.ToUpper(s[len(s)-1:]) {
-	case "K":
-		mult = 1 << 10
-	case "M":
-		mult = 1 << 20
-	case "G":
-		mult = 1 << 30
-	case "T":
-		mult = 1 << 40
-	}
-	num := s
-	if mult > 1 {
-		num = s[:len(s)-1]
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional K, M, G or T suffix", s)
-	}
-	return n * mult, nil
 }
