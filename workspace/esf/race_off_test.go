@@ -1,0 +1,5 @@
+//go:build !race
+
+package esf
+
+const raceEnabled = false
