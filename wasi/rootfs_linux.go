@@ -16,6 +16,8 @@ import (
 	experimentalsys "github.com/tetratelabs/wazero/experimental/sys"
 	"github.com/tetratelabs/wazero/experimental/sysfs"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/esf-dev/esf/internal/rootfs"
 )
 
 // rootFS is the guest's view of one host directory, resolved the way a
@@ -35,26 +37,23 @@ import (
 // root first and then act on that inode only.
 type rootFS struct {
 	experimentalsys.UnimplementedFS
-	dir      string // host path, for messages
-	fd       int    // O_PATH directory
+	root     *rootfs.Root
 	readOnly bool
 }
 
 var _ experimentalsys.FS = (*rootFS)(nil)
 
-// resolveFlags: stay inside the root and refuse /proc magic links, which
-// would otherwise jump to whatever inode they name.
-const resolveFlags = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
-
+// openRootFS confines to dir. Mounts inside it are crossed: the extra
+// read-only directories and the root may be bind mounts of their own.
 func openRootFS(dir string, readOnly bool) (*rootFS, error) {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := rootfs.Open(dir, rootfs.Options{})
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+		return nil, err
 	}
-	return &rootFS{dir: dir, fd: fd, readOnly: readOnly}, nil
+	return &rootFS{root: root, readOnly: readOnly}, nil
 }
 
-func (r *rootFS) close() error { return unix.Close(r.fd) }
+func (r *rootFS) close() error { return r.root.Close() }
 
 // ReadModule reads the module at guestPath inside root, resolving it as the
 // guest would (symlinks stay inside root), so that "exec ATTEMPT --
@@ -69,34 +68,18 @@ func ReadModule(root, guestPath string) ([]byte, error) {
 		return nil, fmt.Errorf("read module: root %s: %v: %w", root, err, ErrInvalidArgument)
 	}
 	defer r.close()
-	// Look before opening for reading: opening a device or a FIFO can
-	// have effects of its own.
-	pfd, err := r.openat2(guestPath, unix.O_PATH, 0)
+	// OpenRegular looks before opening for reading: opening a device or
+	// a FIFO can have effects of its own.
+	f, size, err := r.root.OpenRegular(guestPath)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil, fmt.Errorf("read module %s: %w", guestPath, ErrNotFound)
 		}
 		return nil, fmt.Errorf("read module %s: %v: %w", guestPath, err, ErrInvalidArgument)
 	}
-	defer unix.Close(pfd)
-	var st unix.Stat_t
-	if err := unix.Fstat(pfd, &st); err != nil {
-		return nil, fmt.Errorf("read module %s: %w", guestPath, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("read module %s: not a regular file: %w", guestPath, ErrInvalidArgument)
-	}
-	f, err := os.Open("/proc/self/fd/" + strconv.Itoa(pfd))
-	if err != nil {
-		return nil, fmt.Errorf("read module %s: %w", guestPath, err)
-	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read module %s: %w", guestPath, err)
-	}
-	if fi.Size() > MaxModuleSize {
-		return nil, fmt.Errorf("read module %s: %d bytes, above %d: %w", guestPath, fi.Size(), MaxModuleSize, ErrInvalidArgument)
+	if size > MaxModuleSize {
+		return nil, fmt.Errorf("read module %s: %d bytes, above %d: %w", guestPath, size, MaxModuleSize, ErrInvalidArgument)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxModuleSize+1))
 	if err != nil {
@@ -108,53 +91,7 @@ func ReadModule(root, guestPath string) ([]byte, error) {
 	return b, nil
 }
 
-func (r *rootFS) String() string { return r.dir }
-
-// rel turns wazero's path (already cleaned, relative, perhaps with a
-// trailing slash) into one openat2 accepts.
-func rel(p string) string {
-	p = strings.TrimLeft(p, "/")
-	if p == "" {
-		return "."
-	}
-	return p
-}
-
-func (r *rootFS) openat2(p string, flags int, mode uint32) (int, error) {
-	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveFlags}
-	// The kernel answers EAGAIN when a concurrent rename could have let
-	// ".." escape; retrying is what it asks for.
-	for range 64 {
-		fd, err := unix.Openat2(r.fd, rel(p), &how)
-		if err != unix.EAGAIN && err != unix.EINTR {
-			return fd, err
-		}
-	}
-	return -1, unix.EAGAIN
-}
-
-// parent resolves the directory holding p's last component and returns a
-// descriptor for it (to close with done) and the component itself.
-// trailing reports a trailing slash, which demands a directory.
-func (r *rootFS) parent(p string) (dirfd int, base string, trailing bool, done func(), err error) {
-	trailing = strings.HasSuffix(p, "/")
-	p = strings.Trim(p, "/")
-	dir, base := "", p
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		dir, base = p[:i], p[i+1:]
-	}
-	if base == "" {
-		base = "."
-	}
-	if dir == "" {
-		return r.fd, base, trailing, func() {}, nil
-	}
-	fd, err := r.openat2(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return -1, "", false, nil, err
-	}
-	return fd, base, trailing, func() { unix.Close(fd) }, nil
-}
+func (r *rootFS) String() string { return r.root.Dir() }
 
 // mustBeDir enforces a trailing slash on a name the syscall sees without
 // one: "file/" names nothing.
@@ -169,14 +106,15 @@ func mustBeDir(dirfd int, base string) error {
 	return nil
 }
 
-// onName runs op on p's parent and last component.
+// onName runs op on p's parent and last component. A trailing slash
+// demands a directory.
 func (r *rootFS) onName(p string, op func(dirfd int, base string) error) experimentalsys.Errno {
-	dirfd, base, trailing, done, err := r.parent(p)
+	dirfd, base, err := r.root.Parent(p)
 	if err != nil {
 		return experimentalsys.UnwrapOSError(err)
 	}
-	defer done()
-	if trailing {
+	defer unix.Close(dirfd)
+	if strings.HasSuffix(p, "/") {
 		if err := mustBeDir(dirfd, base); err != nil && !errors.Is(err, unix.ENOENT) {
 			return experimentalsys.UnwrapOSError(err)
 		}
@@ -192,29 +130,12 @@ func (r *rootFS) onInode(p string, nofollow bool, op func(procPath string) error
 	if nofollow {
 		flags |= unix.O_NOFOLLOW
 	}
-	fd, err := r.openat2(p, flags, 0)
+	fd, err := r.root.OpenFD(p, flags, 0)
 	if err != nil {
 		return experimentalsys.UnwrapOSError(err)
 	}
 	defer unix.Close(fd)
-	return experimentalsys.UnwrapOSError(op("/proc/self/fd/" + strconv.Itoa(fd)))
-}
-
-func (r *rootFS) stat(p string, nofollow bool) (sys.Stat_t, experimentalsys.Errno) {
-	flags := unix.O_PATH
-	if nofollow {
-		flags |= unix.O_NOFOLLOW
-	}
-	fd, err := r.openat2(p, flags, 0)
-	if err != nil {
-		return sys.Stat_t{}, experimentalsys.UnwrapOSError(err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return sys.Stat_t{}, experimentalsys.UnwrapOSError(err)
-	}
-	return toStat(&st), 0
+	return experimentalsys.UnwrapOSError(op(rootfs.ProcPath(fd)))
 }
 
 // OpenFile implements experimentalsys.FS.
@@ -227,9 +148,9 @@ func (r *rootFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode
 	// passes one on every open.
 	var mode uint32
 	if flag&experimentalsys.O_CREAT != 0 {
-		mode = toUnixMode(perm)
+		mode = rootfs.UnixMode(perm)
 	}
-	fd, err := r.openat2(p, toOpenFlags(flag), mode)
+	fd, err := r.root.OpenFD(p, toOpenFlags(flag), mode)
 	if err != nil {
 		return nil, experimentalsys.UnwrapOSError(err)
 	}
@@ -237,10 +158,14 @@ func (r *rootFS) OpenFile(p string, flag experimentalsys.Oflag, perm fs.FileMode
 }
 
 // Lstat implements experimentalsys.FS.
-func (r *rootFS) Lstat(p string) (sys.Stat_t, experimentalsys.Errno) { return r.stat(p, true) }
+func (r *rootFS) Lstat(p string) (sys.Stat_t, experimentalsys.Errno) {
+	return toStat(r.root.Lstat(p))
+}
 
 // Stat implements experimentalsys.FS.
-func (r *rootFS) Stat(p string) (sys.Stat_t, experimentalsys.Errno) { return r.stat(p, false) }
+func (r *rootFS) Stat(p string) (sys.Stat_t, experimentalsys.Errno) {
+	return toStat(r.root.Stat(p))
+}
 
 // Readlink implements experimentalsys.FS.
 func (r *rootFS) Readlink(p string) (target string, errno experimentalsys.Errno) {
@@ -266,7 +191,7 @@ func (r *rootFS) Mkdir(p string, perm fs.FileMode) experimentalsys.Errno {
 		return experimentalsys.EROFS
 	}
 	errno := r.onName(p, func(dirfd int, base string) error {
-		return unix.Mkdirat(dirfd, base, toUnixMode(perm))
+		return unix.Mkdirat(dirfd, base, rootfs.UnixMode(perm))
 	})
 	// wazero's DirFS reports a missing parent as ENOENT, as WASI expects.
 	if errno == experimentalsys.ENOTDIR {
@@ -281,7 +206,7 @@ func (r *rootFS) Chmod(p string, perm fs.FileMode) experimentalsys.Errno {
 		return experimentalsys.EROFS
 	}
 	return r.onInode(p, false, func(procPath string) error {
-		return unix.Chmod(procPath, toUnixMode(perm))
+		return unix.Chmod(procPath, rootfs.UnixMode(perm))
 	})
 }
 
@@ -396,55 +321,20 @@ func toOpenFlags(oflag experimentalsys.Oflag) int {
 	return flags
 }
 
-func toUnixMode(m fs.FileMode) uint32 {
-	mode := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		mode |= unix.S_ISUID
-	}
-	if m&fs.ModeSetgid != 0 {
-		mode |= unix.S_ISGID
-	}
-	if m&fs.ModeSticky != 0 {
-		mode |= unix.S_ISVTX
-	}
-	return mode
-}
-
-func toStat(st *unix.Stat_t) sys.Stat_t {
-	mode := fs.FileMode(st.Mode & 0o777)
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFBLK:
-		mode |= fs.ModeDevice
-	case unix.S_IFCHR:
-		mode |= fs.ModeDevice | fs.ModeCharDevice
-	case unix.S_IFDIR:
-		mode |= fs.ModeDir
-	case unix.S_IFIFO:
-		mode |= fs.ModeNamedPipe
-	case unix.S_IFLNK:
-		mode |= fs.ModeSymlink
-	case unix.S_IFSOCK:
-		mode |= fs.ModeSocket
-	}
-	if st.Mode&unix.S_ISUID != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if st.Mode&unix.S_ISGID != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if st.Mode&unix.S_ISVTX != 0 {
-		mode |= fs.ModeSticky
+func toStat(st unix.Stat_t, err error) (sys.Stat_t, experimentalsys.Errno) {
+	if err != nil {
+		return sys.Stat_t{}, experimentalsys.UnwrapOSError(err)
 	}
 	return sys.Stat_t{
 		Dev:   st.Dev,
 		Ino:   st.Ino,
-		Mode:  mode,
+		Mode:  rootfs.FileMode(st.Mode),
 		Nlink: uint64(st.Nlink),
 		Size:  st.Size,
 		Atim:  st.Atim.Nano(),
 		Mtim:  st.Mtim.Nano(),
 		Ctim:  st.Ctim.Nano(),
-	}
+	}, 0
 }
 
 // timespecs converts wazero's times (UTIME_OMIT is its own sentinel) to

@@ -34,7 +34,7 @@ func (s *Session) withRoot(ctx context.Context, name string, fn func(o *op, r *r
 	if err != nil {
 		return o.fail(err)
 	}
-	defer r.close()
+	defer r.Close()
 	return o.fail(fn(o, r))
 }
 
@@ -47,7 +47,7 @@ func (s *Session) Read(ctx context.Context, p string) ([]byte, error) {
 	}
 	var out []byte
 	err = s.withRoot(ctx, "read", func(o *op, r *rootFS) error {
-		f, size, err := r.openFile(abs)
+		f, size, err := r.OpenRegular(abs)
 		if err != nil {
 			return fsError("read", abs, err)
 		}
@@ -114,8 +114,8 @@ func (s *Session) Download(ctx context.Context, p string) (io.ReadCloser, error)
 		o.end()
 		return nil, err
 	}
-	f, _, err := r.openFile(abs)
-	r.close()
+	f, _, err := r.OpenRegular(abs)
+	r.Close()
 	if err != nil {
 		err = o.fail(fsError("download", abs, err))
 		o.end()
@@ -224,7 +224,7 @@ func (s *Session) Delete(ctx context.Context, p string) error {
 		return &fs.PathError{Op: "delete", Path: abs, Err: fs.ErrInvalid}
 	}
 	return s.withRoot(ctx, "delete", func(o *op, r *rootFS) error {
-		if err := r.remove(o.ctx, abs); err != nil {
+		if err := r.RemoveAll(o.ctx, abs); err != nil {
 			return fsError("delete", abs, err)
 		}
 		return nil
@@ -243,7 +243,7 @@ func (l rootLister) List(ctx context.Context, p string) ([]vfs.FileInfo, error) 
 }
 
 func (l rootLister) Read(ctx context.Context, p string) ([]byte, error) {
-	f, _, err := l.r.openFile(p)
+	f, _, err := l.r.OpenRegular(p)
 	if err != nil {
 		return nil, fsError("read", p, err)
 	}

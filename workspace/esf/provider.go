@@ -305,9 +305,9 @@ func (p *Provider) create(ctx context.Context, u *undo, root string) (*Session, 
 	if err != nil {
 		return nil, &workspace.ProviderError{Provider: ProviderName, Op: "create", Message: err.Error()}
 	}
-	defer r.close()
+	defer r.Close()
 	for _, d := range []string{rec.Home, rec.WorkDir} {
-		fd, err := r.mkdirAll(d)
+		fd, err := r.MkdirAll(d, 0o755)
 		if err != nil {
 			return nil, fsError("mkdir", d, err)
 		}

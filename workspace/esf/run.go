@@ -92,8 +92,8 @@ func (s *Session) checkDir(o *op, dir string) error {
 	if err != nil {
 		return err
 	}
-	defer r.close()
-	fd, err := r.open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	defer r.Close()
+	fd, err := r.OpenFD(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return fsError("run", dir, err)
 	}
