@@ -93,18 +93,11 @@ func create(t *testing.T, p workspace.Provider, spec workspace.Spec) workspace.S
 	return s
 }
 
-func requireJail(t *testing.T) {
-	t.Helper()
-	if !e2bfake.JailAvailable() {
-		t.Skip("the fake needs root on Linux (mount namespaces, chroot, nsenter) to run commands where the file API puts files")
-	}
-}
-
 // TestConformance runs the shared suite against the E2B adapter in its
 // CubeSandbox profile and the Cube fake: asynchronous pause, connect 200,
 // Bearer auth, virtual-host routing, traffic tokens under the cube- name.
 func TestConformance(t *testing.T) {
-	requireJail(t)
+	e2bfake.RequireJail(t)
 	srv, p, _ := newCube(t, cubefake.Options{TrafficToken: true, PauseDelay: 150 * time.Millisecond, Templates: []string{"tpl-test"}}, nil)
 	workspacetest.Run(t, workspacetest.Harness{
 		Provider:  p,
@@ -121,7 +114,7 @@ func TestConformance(t *testing.T) {
 // expects: Bearer on the control plane, the sandbox's virtual host and
 // both traffic-token headers on the data plane, user root.
 func TestProfileOnTheWire(t *testing.T) {
-	requireJail(t)
+	e2bfake.RequireJail(t)
 	_, p, rec := newCube(t, cubefake.Options{TrafficToken: true}, nil)
 	s := create(t, p, workspace.Spec{})
 	res, err := s.Run(ctxT(t), sandbox.Spec{}, `echo "$HOME"; pwd`)

@@ -20,13 +20,6 @@ import (
 	"github.com/esf-dev/esf/workspace"
 )
 
-func requireJail(t *testing.T) {
-	t.Helper()
-	if !e2bfake.JailAvailable() {
-		t.Skip("needs root on Linux for the fake's command jail")
-	}
-}
-
 // waitFor polls cond for up to five seconds.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -213,7 +206,7 @@ func TestCreateLostAnswerCleansByToken(t *testing.T) {
 // TestRunCancelKillsProcess: envd keeps a process whose stream went away,
 // so the adapter must kill it; the fake counts processes.
 func TestRunCancelKillsProcess(t *testing.T) {
-	requireJail(t)
+	e2bfake.RequireJail(t)
 	srv, p := newFake(t, e2bfake.Options{}, nil)
 	s := create(t, p, workspace.Spec{})
 	for _, tc := range []struct {
@@ -249,7 +242,7 @@ func TestRunCancelKillsProcess(t *testing.T) {
 // TestRunExitAndSignals: exit codes, signals as 128+N, stdin, and the
 // keepalive events a quiet command gets are ignored.
 func TestRunExitAndSignals(t *testing.T) {
-	requireJail(t)
+	e2bfake.RequireJail(t)
 	_, p := newFake(t, e2bfake.Options{Keepalive: 50 * time.Millisecond}, func(c *e2b.Config) { c.Keepalive = -1 })
 	s := create(t, p, workspace.Spec{})
 	ctx := ctxT(t)
@@ -337,7 +330,7 @@ func TestExpiry(t *testing.T) {
 // <port>-<id>.<domain>; ProxyAddr dials the fake while the Host header
 // names the sandbox, and the traffic token travels in its header.
 func TestHostRouting(t *testing.T) {
-	requireJail(t)
+	e2bfake.RequireJail(t)
 	var hosts sync.Map
 	srv, err := e2bfake.New(e2bfake.Options{APIKey: testKey, TrafficToken: true, Domain: "sbx.test", Dir: t.TempDir()})
 	if err != nil {
@@ -396,7 +389,7 @@ func TestSessionsHidesAdapterMetadata(t *testing.T) {
 
 // TestAttachKeepsWorkDir: the working directory travels in metadata.
 func TestAttachKeepsWorkDir(t *testing.T) {
-	requireJail(t)
+	e2bfake.RequireJail(t)
 	_, p := newFake(t, e2bfake.Options{}, nil)
 	s := create(t, p, workspace.Spec{WorkDir: "~/proj"})
 	other, err := p.Attach(ctxT(t), s.ID())

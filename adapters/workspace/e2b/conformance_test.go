@@ -13,9 +13,7 @@ import (
 // the offline fake, with a traffic token and a pause that takes a while so
 // the 409-while-pausing path is exercised.
 func TestConformance(t *testing.T) {
-	if !e2bfake.JailAvailable() {
-		t.Skip("the fake needs root on Linux (mount namespaces, chroot, nsenter) to run commands where the file API puts files")
-	}
+	e2bfake.RequireJail(t)
 	srv, p := newFake(t, e2bfake.Options{TrafficToken: true}, nil)
 	workspacetest.Run(t, workspacetest.Harness{
 		Provider:  p,

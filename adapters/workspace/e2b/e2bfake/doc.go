@@ -1,7 +1,14 @@
 // Package e2bfake is an offline E2B for tests: the control-plane REST API
 // and the edge proxy in one httptest server (Server), in front of one fake
-// envd per sandbox (Envd), which CubeSandbox's fake reuses since Cube runs
-// E2B's envd unchanged.
+// envd per sandbox (Envd).
+//
+// Services that copy E2B's API differ from it in small, listed ways; a
+// Dialect names them (auth header, route prefix, connect and pause
+// answers, list filtering, 429 headers, timeout rules, envd routing and
+// the traffic-token header), so one registry, state machine and proxy
+// serve them all. CubeSandbox's fake (cubefake) is Server with its
+// Dialect; it runs E2B's envd unchanged, as Cube does. Error texts are
+// E2B's in every dialect: clients classify by status.
 //
 // It behaves like the service where the adapter depends on it, as read
 // from E2B's API spec and envd's source (PROTOCOLS.md §1): status codes

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,7 +23,8 @@ import (
 
 // Options shapes a Server. The zero value is a working E2B.
 type Options struct {
-	// APIKey, when set, must arrive as X-API-Key.
+	// APIKey, when set, must arrive as X-API-Key (or, with
+	// Dialect.BearerAuth, as a Bearer token).
 	APIKey string
 	// Domain is the sandbox domain answered in create/connect and matched
 	// in Host headers ("<port>-<id>.<Domain>"), default "e2b.app".
@@ -51,6 +53,11 @@ type Options struct {
 	// Keepalive is envd's keepalive interval when the client asks for
 	// none.
 	Keepalive time.Duration
+	// Templates, when set, are the only template ids create accepts
+	// (404 for others).
+	Templates []string
+	// Dialect is what the faked service does differently from E2B.
+	Dialect Dialect
 }
 
 // Server is an offline E2B: the control plane at URL and, on the same
@@ -65,9 +72,11 @@ type Server struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*fakeSandbox
+	closed    bool
 	limited   int           // requests left to answer 429
 	retry     time.Duration // their Retry-After
 	calls     map[string]int
+	timers    sync.WaitGroup // asynchronous pauses
 }
 
 type fakeSandbox struct {
@@ -78,7 +87,7 @@ type fakeSandbox struct {
 	token, traffic string
 	metadata       map[string]string
 	startedAt      time.Time
-	endAt          time.Time
+	endAt          time.Time // zero: never (Dialect.LooseTimeouts)
 }
 
 // New starts a Server; Close stops it.
@@ -98,6 +107,12 @@ func New(opts Options) (*Server, error) {
 			opts.Home = "/root"
 		}
 	}
+	if opts.Dialect.TrafficTokenHeader == "" {
+		opts.Dialect.TrafficTokenHeader = envd.TrafficTokenE2B
+	}
+	if opts.Dialect.DefaultTimeout == 0 {
+		opts.Dialect.DefaultTimeout = 15 * time.Second
+	}
 	s := &Server{opts: opts, sandboxes: map[string]*fakeSandbox{}, calls: map[string]int{}}
 	if s.opts.Dir == "" {
 		d, err := os.MkdirTemp("", "e2bfake-")
@@ -107,17 +122,23 @@ func New(opts Options) (*Server, error) {
 		s.opts.Dir, s.own = d, true
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /sandboxes", s.create)
-	mux.HandleFunc("GET /sandboxes", s.listV1)
-	mux.HandleFunc("GET /v2/sandboxes", s.listV2)
-	mux.HandleFunc("GET /sandboxes/{id}", s.get)
-	mux.HandleFunc("DELETE /sandboxes/{id}", s.kill)
-	mux.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
-	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
-	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
-	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
-	mux.HandleFunc("POST /sandboxes/{id}/refreshes", s.refresh)
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	resume := s.resume
+	if opts.Dialect.ConnectOK {
+		resume = s.connect
+	}
+	for _, p := range slices.Compact([]string{"", opts.Dialect.Prefix}) {
+		mux.HandleFunc("POST "+p+"/sandboxes", s.create)
+		mux.HandleFunc("GET "+p+"/sandboxes", s.listV1)
+		mux.HandleFunc("GET "+p+"/v2/sandboxes", s.listV2)
+		mux.HandleFunc("GET "+p+"/sandboxes/{id}", s.get)
+		mux.HandleFunc("DELETE "+p+"/sandboxes/{id}", s.kill)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/pause", s.pause)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/resume", resume)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/connect", s.connect)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/timeout", s.setTimeout)
+		mux.HandleFunc("POST "+p+"/sandboxes/{id}/refreshes", s.refresh)
+		mux.HandleFunc("GET "+p+"/health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	}
 	s.api = mux
 	s.ts = httptest.NewServer(s)
 	s.URL = s.ts.URL
@@ -131,9 +152,11 @@ func (s *Server) Addr() string { return s.ts.Listener.Addr().String() }
 func (s *Server) Close() {
 	s.ts.Close()
 	s.mu.Lock()
+	s.closed = true
 	all := s.sandboxes
 	s.sandboxes = map[string]*fakeSandbox{}
 	s.mu.Unlock()
+	s.timers.Wait()
 	for _, sb := range all {
 		if sb.envd != nil {
 			sb.envd.Close()
@@ -170,7 +193,8 @@ func (s *Server) Processes() int {
 }
 
 // RateLimit makes the next n control-plane requests answer 429 with
-// Retry-After (whole seconds, rounded up; none when retryAfter is 0).
+// Retry-After (whole seconds, rounded up; none when retryAfter is 0 or
+// the Dialect sends none).
 func (s *Server) RateLimit(n int, retryAfter time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -224,7 +248,7 @@ func (s *Server) destroy(sb *fakeSandbox) {
 func (s *Server) reapLocked() {
 	now := time.Now()
 	for id, sb := range s.sandboxes {
-		if sb.state == "running" && now.After(sb.endAt) {
+		if sb.state == "running" && !sb.endAt.IsZero() && now.After(sb.endAt) {
 			delete(s.sandboxes, id)
 			go s.destroy(sb)
 		}
@@ -239,6 +263,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, pattern := s.api.Handler(r)
+	if p := s.opts.Dialect.Prefix; p != "" {
+		pattern = strings.Replace(pattern, " "+p+"/", " /", 1)
+	}
 	s.mu.Lock()
 	s.calls[pattern]++
 	s.reapLocked()
@@ -248,15 +275,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	retry := s.retry
 	s.mu.Unlock()
-	if s.opts.APIKey != "" && r.Header.Get("X-API-Key") != s.opts.APIKey {
+	if !s.authorized(r) {
 		WriteError(w, http.StatusUnauthorized, "Invalid API key, please visit https://e2b.dev/docs to get your API key")
 		return
 	}
 	if limited {
-		writeRateLimited(w, retry)
+		if s.opts.Dialect.NoRetryAfter {
+			WriteError(w, http.StatusTooManyRequests, "Rate limit exceeded")
+		} else {
+			writeRateLimited(w, retry)
+		}
 		return
 	}
 	s.api.ServeHTTP(w, r)
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	key := s.opts.APIKey
+	if key == "" || r.Header.Get("X-API-Key") == key {
+		return true
+	}
+	tok, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return s.opts.Dialect.BearerAuth && bearer && tok == key
 }
 
 func writeRateLimited(w http.ResponseWriter, retry time.Duration) {
@@ -271,7 +311,7 @@ func writeRateLimited(w http.ResponseWriter, retry time.Duration) {
 }
 
 func (s *Server) envdRoute(r *http.Request) (id string, port int, ok bool) {
-	if id := r.Header.Get(envd.HeaderSandboxID); id != "" {
+	if id := r.Header.Get(envd.HeaderSandboxID); id != "" && !s.opts.Dialect.HostRouting {
 		port := envd.DefaultPort
 		if v := r.Header.Get(envd.HeaderSandboxPort); v != "" {
 			port, _ = strconv.Atoi(v)
@@ -319,7 +359,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 		_ = json.NewEncoder(w).Encode(map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": http.StatusBadGateway})
 		return
 	}
-	if sb.traffic != "" && r.Header.Get(envd.TrafficTokenE2B) != sb.traffic {
+	if sb.traffic != "" && r.Header.Get(s.opts.Dialect.TrafficTokenHeader) != sb.traffic {
 		WriteError(w, http.StatusForbidden, "missing or invalid traffic access token")
 		return
 	}
@@ -341,7 +381,7 @@ func randomHex(n int) string {
 type createBody struct {
 	TemplateID string            `json:"templateID"`
 	Timeout    *int              `json:"timeout"`
-	Secure     bool              `json:"secure"`
+	Secure     *bool             `json:"secure"`
 	Metadata   map[string]string `json:"metadata"`
 	EnvVars    map[string]string `json:"envVars"`
 }
@@ -364,10 +404,14 @@ type sandboxJSON struct {
 	Metadata           map[string]string `json:"metadata,omitempty"`
 }
 
-// publicState is what the API calls a state: only running or paused.
-func publicState(st string) string {
-	if st == "paused" || st == "resuming" {
+// publicState is what the API calls a state: running or paused, and
+// pausing where the pause is asynchronous.
+func (s *Server) publicState(st string) string {
+	switch {
+	case st == "paused" || st == "resuming":
 		return "paused"
+	case st == "pausing" && s.opts.Dialect.AsyncPause:
+		return "pausing"
 	}
 	return "running"
 }
@@ -388,12 +432,39 @@ func (s *Server) view(sb *fakeSandbox, detail bool) sandboxJSON {
 	}
 	if detail {
 		v.StartedAt = sb.startedAt.UTC().Format(time.RFC3339)
-		v.EndAt = sb.endAt.UTC().Format(time.RFC3339)
+		if !sb.endAt.IsZero() {
+			v.EndAt = sb.endAt.UTC().Format(time.RFC3339)
+		}
 		v.CPUCount, v.MemoryMB, v.DiskSizeMB = 2, 512, 1024
-		v.State = publicState(sb.state)
+		v.State = s.publicState(sb.state)
 		v.Metadata = sb.metadata
 	}
 	return v
+}
+
+// checkTimeout enforces E2B's bounds on a timeout in seconds.
+func (s *Server) checkTimeout(t int) error {
+	if !s.opts.Dialect.LooseTimeouts && (t < 0 || t > 24*3600) {
+		return fmt.Errorf("Timeout cannot be greater than 24 hours")
+	}
+	return nil
+}
+
+// deadline is t seconds from now; zero (never) when t is negative, which
+// only LooseTimeouts lets through.
+func deadline(from time.Time, t int) time.Time {
+	if t < 0 {
+		return time.Time{}
+	}
+	return from.Add(time.Duration(t) * time.Second)
+}
+
+// extendLocked moves a sandbox's end to t seconds from now if that is
+// later; a sandbox that never ends stays so.
+func extendLocked(sb *fakeSandbox, t int) {
+	if end := deadline(time.Now(), t); !sb.endAt.IsZero() && end.After(sb.endAt) {
+		sb.endAt = end
+	}
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
@@ -406,12 +477,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadRequest, "Error when parsing request: templateID is required")
 		return
 	}
-	timeout := 15
+	if len(s.opts.Templates) > 0 && !slices.Contains(s.opts.Templates, body.TemplateID) {
+		WriteError(w, http.StatusNotFound, fmt.Sprintf("template %s not found", body.TemplateID))
+		return
+	}
+	timeout := int(s.opts.Dialect.DefaultTimeout / time.Second)
 	if body.Timeout != nil {
 		timeout = *body.Timeout
 	}
-	if timeout < 0 || timeout > 24*3600 {
-		WriteError(w, http.StatusBadRequest, "Timeout cannot be greater than 24 hours")
+	if err := s.checkTimeout(timeout); err != nil {
+		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	s.mu.Lock()
@@ -429,8 +504,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		metadata:  body.Metadata,
 		startedAt: time.Now(),
 	}
-	sb.endAt = sb.startedAt.Add(time.Duration(timeout) * time.Second)
-	if body.Secure {
+	sb.endAt = deadline(sb.startedAt, timeout)
+	if secure := s.opts.Dialect.SecureByDefault; body.Secure != nil && *body.Secure || body.Secure == nil && secure {
 		sb.token = randomHex(16)
 	}
 	if s.opts.TrafficToken {
@@ -492,9 +567,10 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// pause is synchronous, as E2B's is: 204 once the snapshot is taken.
-// Processes do not survive a pause in this fake (E2B keeps them in the
-// memory snapshot).
+// pause is synchronous, as E2B's is: 204 once the snapshot is taken; with
+// Dialect.AsyncPause, 204 at once and the snapshot follows. Processes do
+// not survive a pause in this fake (E2B keeps them in the memory
+// snapshot).
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	s.mu.Lock()
@@ -517,6 +593,25 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb.state = "pausing"
+	if s.opts.Dialect.AsyncPause {
+		// Close waits for timers; it sets closed under mu, so no Add
+		// can follow its Wait.
+		s.timers.Add(1)
+		go func() {
+			defer s.timers.Done()
+			s.snapshot(sb)
+		}()
+		s.mu.Unlock()
+	} else {
+		s.mu.Unlock()
+		s.snapshot(sb)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// snapshot completes a pause unless the sandbox went away meanwhile.
+func (s *Server) snapshot(sb *fakeSandbox) {
+	s.mu.Lock()
 	e := sb.envd
 	s.mu.Unlock()
 	if e != nil {
@@ -524,77 +619,84 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	}
 	time.Sleep(s.opts.PauseDelay)
 	s.mu.Lock()
-	if cur, ok := s.sandboxes[id]; ok && cur == sb {
+	if !s.closed && s.sandboxes[sb.id] == sb && sb.state == "pausing" {
 		sb.state = "paused"
 	}
 	s.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
 }
 
-// resumeLocked starts a resume of a paused sandbox and returns a function
-// that completes it; the caller unlocks before calling it.
-func (s *Server) resumeLocked(sb *fakeSandbox, timeout int) func() {
-	sb.state = "resuming"
-	return func() {
-		time.Sleep(s.opts.ResumeDelay)
-		s.mu.Lock()
-		sb.state = "running"
-		sb.endAt = time.Now().Add(time.Duration(timeout) * time.Second)
-		s.mu.Unlock()
-	}
-}
-
-func decodeTimeout(r *http.Request, required bool) (int, error) {
+// decodeTimeout reads {"timeout": seconds}; given says whether the body
+// named one (else it is the default). A loose dialect ignores a body it
+// cannot parse when the timeout is optional.
+func (s *Server) decodeTimeout(r *http.Request, required bool) (timeout int, given bool, err error) {
 	var body struct {
 		Timeout *int `json:"timeout"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
-		return 0, fmt.Errorf("Error when parsing request: %v", err)
+	err = json.NewDecoder(r.Body).Decode(&body)
+	switch {
+	case err != nil && (required || !s.opts.Dialect.LooseTimeouts):
+		return 0, false, fmt.Errorf("Error when parsing request: %v", err)
+	case body.Timeout == nil && required:
+		return 0, false, fmt.Errorf("Error when parsing request: timeout is required")
+	case body.Timeout == nil:
+		return int(s.opts.Dialect.DefaultTimeout / time.Second), false, nil
 	}
-	if body.Timeout == nil {
-		if required {
-			return 0, fmt.Errorf("Error when parsing request: timeout is required")
-		}
-		return 15, nil
-	}
-	if *body.Timeout < 0 || *body.Timeout > 24*3600 {
-		return 0, fmt.Errorf("Timeout cannot be greater than 24 hours")
-	}
-	return *body.Timeout, nil
+	return *body.Timeout, true, s.checkTimeout(*body.Timeout)
 }
 
 // connect answers 200 for a running sandbox (extending, never shortening,
-// its lifetime) and resumes a paused one with 201.
-func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+// its lifetime) and resumes a paused one with 201 (200 with
+// Dialect.ConnectOK).
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) { s.wake(w, r, true) }
+
+// resume is the deprecated resume call: 201, or 409 unless paused.
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) { s.wake(w, r, false) }
+
+// wake resumes a paused sandbox for connect (connecting) or resume.
+func (s *Server) wake(w http.ResponseWriter, r *http.Request, connecting bool) {
 	id := r.PathValue("id")
-	timeout, err := decodeTimeout(r, true)
+	timeout, given, err := s.decodeTimeout(r, connecting && !s.opts.Dialect.LooseTimeouts)
 	if err != nil {
 		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	s.mu.Lock()
 	sb, ok := s.sandboxes[id]
-	if !ok {
+	switch {
+	case !ok:
 		s.mu.Unlock()
 		s.notFound(w, id)
-		return
-	}
-	switch sb.state {
-	case "running":
-		if end := time.Now().Add(time.Duration(timeout) * time.Second); end.After(sb.endAt) {
-			sb.endAt = end
+	case sb.state == "running" && connecting:
+		if given {
+			extendLocked(sb, timeout)
 		}
 		v := s.view(sb, false)
 		s.mu.Unlock()
 		writeJSON(w, http.StatusOK, v)
-	case "paused":
-		finish := s.resumeLocked(sb, timeout)
+	case sb.state == "paused":
+		sb.state = "resuming"
 		s.mu.Unlock()
-		finish()
+		time.Sleep(s.opts.ResumeDelay)
 		s.mu.Lock()
+		sb.state = "running"
+		// E2B's resume sets the lifetime; a loose dialect only extends
+		// it, and only when asked.
+		switch {
+		case !s.opts.Dialect.LooseTimeouts:
+			sb.endAt = deadline(time.Now(), timeout)
+		case given:
+			extendLocked(sb, timeout)
+		}
 		v := s.view(sb, false)
 		s.mu.Unlock()
-		writeJSON(w, http.StatusCreated, v)
+		status := http.StatusCreated
+		if connecting && s.opts.Dialect.ConnectOK {
+			status = http.StatusOK
+		}
+		writeJSON(w, status, v)
+	case !connecting:
+		s.mu.Unlock()
+		WriteError(w, http.StatusConflict, fmt.Sprintf("Sandbox %s is already running", id))
 	default:
 		st := strings.TrimSuffix(sb.state, "ing")
 		s.mu.Unlock()
@@ -602,38 +704,11 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// resume is the deprecated resume call: 201, or 409 when running.
-func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	timeout, err := decodeTimeout(r, false)
-	if err != nil {
-		WriteError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	s.mu.Lock()
-	sb, ok := s.sandboxes[id]
-	if !ok {
-		s.mu.Unlock()
-		s.notFound(w, id)
-		return
-	}
-	if sb.state != "paused" {
-		s.mu.Unlock()
-		WriteError(w, http.StatusConflict, fmt.Sprintf("Sandbox %s is already running", id))
-		return
-	}
-	finish := s.resumeLocked(sb, timeout)
-	s.mu.Unlock()
-	finish()
-	s.mu.Lock()
-	v := s.view(sb, false)
-	s.mu.Unlock()
-	writeJSON(w, http.StatusCreated, v)
-}
-
+// setTimeout sets the lifetime from now: 0 ends it, and with a loose
+// dialect a negative timeout makes it endless.
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	timeout, err := decodeTimeout(r, true)
+	timeout, _, err := s.decodeTimeout(r, true)
 	if err != nil {
 		WriteError(w, http.StatusBadRequest, err.Error())
 		return
@@ -641,7 +716,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	sb, ok := s.sandboxes[id]
 	if ok {
-		sb.endAt = time.Now().Add(time.Duration(timeout) * time.Second)
+		sb.endAt = deadline(time.Now(), timeout)
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -667,9 +742,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	sb, ok := s.sandboxes[id]
 	if ok {
-		if end := time.Now().Add(time.Duration(body.Duration) * time.Second); end.After(sb.endAt) {
-			sb.endAt = end
-		}
+		extendLocked(sb, body.Duration)
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -697,7 +770,22 @@ func matches(sb *fakeSandbox, filter url.Values) bool {
 	return true
 }
 
+// listAll answers every sandbox, whatever the query (Dialect.ListAll).
+func (s *Server) listAll(w http.ResponseWriter) {
+	s.mu.Lock()
+	out := []sandboxJSON{}
+	for _, sb := range s.sorted() {
+		out = append(out, s.view(sb, true))
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
 func (s *Server) listV1(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Dialect.ListAll {
+		s.listAll(w)
+		return
+	}
 	filter, err := metadataFilter(r)
 	if err != nil {
 		WriteError(w, http.StatusBadRequest, "Error when parsing metadata: "+err.Error())
@@ -706,7 +794,7 @@ func (s *Server) listV1(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	out := []sandboxJSON{}
 	for _, sb := range s.sorted() {
-		if publicState(sb.state) == "running" && matches(sb, filter) {
+		if s.publicState(sb.state) == "running" && matches(sb, filter) {
 			out = append(out, s.view(sb, true))
 		}
 	}
@@ -733,6 +821,10 @@ func (s *Server) sorted() []*fakeSandbox {
 // listV2 pages with limit and nextToken (the id to continue after) and
 // reports X-Total-Running.
 func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Dialect.ListAll {
+		s.listAll(w)
+		return
+	}
 	q := r.URL.Query()
 	filter, err := metadataFilter(r)
 	if err != nil {
@@ -766,7 +858,7 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 	skipping := after != ""
 	next := ""
 	for _, sb := range s.sorted() {
-		st := publicState(sb.state)
+		st := s.publicState(sb.state)
 		if !states[st] || !matches(sb, filter) {
 			continue
 		}

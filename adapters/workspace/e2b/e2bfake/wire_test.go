@@ -207,20 +207,9 @@ func TestWireUnaryErrorsAndAuth(t *testing.T) {
 	srv := fake(t)
 	sb := newSandbox(t, srv)
 	post := func(path, body string, token string) (int, string) {
-		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Connect-Protocol-Version", "1")
-		req.Header.Set("E2b-Sandbox-Id", sb.ID)
-		if token != "" {
-			req.Header.Set("X-Access-Token", token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, strings.TrimSpace(string(b))
+		status, _, b := e2bfake.Do(t, "POST", srv.URL+path, body, map[string]string{"Content-Type": "application/json",
+			"Connect-Protocol-Version": "1", "E2b-Sandbox-Id": sb.ID, "X-Access-Token": token})
+		return status, b
 	}
 	for _, tc := range []struct {
 		path, body, token string
@@ -242,16 +231,9 @@ func TestWireUnaryErrorsAndAuth(t *testing.T) {
 	// Files API: JSON errors with numeric codes; a missing sandbox is the
 	// proxy's 502.
 	get := func(id, p string) (int, string) {
-		req, _ := http.NewRequest("GET", srv.URL+"/files?path="+p+"&username=user", nil)
-		req.Header.Set("E2b-Sandbox-Id", id)
-		req.Header.Set("X-Access-Token", sb.Token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, strings.TrimSpace(string(b))
+		status, _, b := e2bfake.Do(t, "GET", srv.URL+"/files?path="+p+"&username=user", "",
+			map[string]string{"E2b-Sandbox-Id": id, "X-Access-Token": sb.Token})
+		return status, b
 	}
 	for _, tc := range []struct {
 		id, path string
@@ -272,17 +254,7 @@ func TestWireUnaryErrorsAndAuth(t *testing.T) {
 func TestWireControlPlane(t *testing.T) {
 	srv := fake(t)
 	do := func(method, path, body, key string) (int, http.Header, string) {
-		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
-		if key != "" {
-			req.Header.Set("X-API-Key", key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header, strings.TrimSpace(string(b))
+		return e2bfake.Do(t, method, srv.URL+path, body, map[string]string{"X-API-Key": key})
 	}
 	sb := newSandbox(t, srv)
 	id := sb.ID
