@@ -12,10 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
-// mount is one line of /proc/self/mountinfo.
+// mount is one mount below a test's directory.
 type mount struct {
 	point  string
 	fstype string
@@ -25,32 +26,13 @@ type mount struct {
 // mountsUnder lists the mounts at or below dir, deepest first (so they can
 // be unmounted in that order), a path mounted twice listed twice.
 func mountsUnder(dir string) []mount {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return nil
 	}
 	var out []mount
-	for _, line := range strings.Split(string(b), "\n") {
-		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
-		f := strings.Fields(line)
-		if len(f) < 10 {
-			continue
-		}
-		p := unescapeOctal(f[4])
-		if p != dir && !strings.HasPrefix(p, dir+"/") {
-			continue
-		}
-		m := mount{point: p}
-		for i := 6; i < len(f)-1; i++ {
-			if f[i] == "-" {
-				m.fstype = f[i+1]
-				if i+3 < len(f) {
-					m.super = unescapeOctal(f[i+3])
-				}
-				break
-			}
-		}
-		out = append(out, m)
+	for _, in := range infos {
+		out = append(out, mount{point: in.Mountpoint, fstype: in.FSType, super: in.VFSOptions})
 	}
 	// Later mounts stack on earlier ones; reverse mountinfo order, then
 	// deepest path first.
@@ -71,25 +53,6 @@ func mountedAt(p string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// unescapeOctal undoes mountinfo's \040-style escapes.
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // unmountAll detaches every mount under dir, deepest first. A busy mount
