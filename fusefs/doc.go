@@ -6,7 +6,16 @@
 // succeeds. Everything below is lazy: a lookup decodes only the tree objects
 // on its path, and no blob is touched until a file is opened. Because a root
 // id names immutable content, entry and attribute timeouts are long, negative
-// lookups are cached too, and nothing is ever invalidated.
+// lookups are cached too, and nothing is ever invalidated. For the same
+// reason directories are opened with FOPEN_CACHE_DIR: the kernel keeps a
+// listing it has read, and a later readdir costs an OPENDIR round trip
+// instead of a READDIRPLUS that re-sends every entry.
+//
+// Interrupts: the kernel interrupts a request whenever the calling thread
+// gets a signal (a Go program's preemption signal is enough). Reading a
+// tree or verifying a blob is finished anyway rather than failed with
+// EINTR, which lstat(2) and open(2) return to their caller as is; only a
+// missing or corrupt tree fails its directory for good.
 //
 // Identity: inode numbers are stable, derived from the root id and the path
 // inside it, so a remount shows the same numbers. The members of a hard-link

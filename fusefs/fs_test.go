@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -278,6 +279,127 @@ func TestLazyLookup(t *testing.T) {
 	}
 	if f.Counters.BlobVerifies.Load() != 1 {
 		t.Errorf("blob verified %d times, want once", f.Counters.BlobVerifies.Load())
+	}
+}
+
+// A projected directory never changes, so the kernel may keep its
+// listing: the second listing of a directory is served without the
+// server (Readdirs counts the listings the server made).
+func TestDirectoryListingIsCached(t *testing.T) {
+	ctx := context.Background()
+	st := newCountingStore()
+	b := cas.NewBuilder(st, cas.ZeroID)
+	var want []string
+	for i := range 300 { // several READDIRPLUS replies' worth
+		name := fmt.Sprintf("d/f%03d", i)
+		want = append(want, name[2:])
+		if err := b.Put(ctx, name, cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 1, ID: cas.Sum([]byte("x"))}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := b.Write(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, mnt := mount(t, st, root)
+	list := func() []string {
+		t.Helper()
+		ents, err := os.ReadDir(filepath.Join(mnt, "d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	for round := range 3 {
+		if got := list(); !slices.Equal(got, want) {
+			t.Fatalf("listing %d: %d names %v..., want %d", round, len(got), got[:min(3, len(got))], len(want))
+		}
+	}
+	if n := f.Counters.Readdirs.Load(); n != 1 {
+		t.Fatalf("the server listed the directory %d times, want once", n)
+	}
+}
+
+// flakyStore fails the first Get of one object with an error that is
+// neither "not found" nor corruption.
+type flakyStore struct {
+	*countingStore
+	mu    sync.Mutex
+	flaky cas.ID
+	fails int
+}
+
+func (s *flakyStore) Get(ctx context.Context, id cas.ID) (io.ReadCloser, error) {
+	if err := ctx.Err(); err != nil { // as the local store does
+		return nil, fmt.Errorf("get %s: %w", id, err)
+	}
+	s.mu.Lock()
+	fail := id == s.flaky && s.fails > 0
+	if fail {
+		s.fails--
+	}
+	s.mu.Unlock()
+	if fail {
+		return nil, fmt.Errorf("get %s: a transient failure", id)
+	}
+	return s.countingStore.Get(ctx, id)
+}
+
+// A tree that could not be read for a passing reason (an interrupted
+// request, a transient store error) is read again on the next use instead
+// of failing its directory for good; a missing one stays missing.
+func TestTreeReadFailuresThatPassAreRetried(t *testing.T) {
+	ctx := context.Background()
+	st := &flakyStore{countingStore: newCountingStore()}
+	b := cas.NewBuilder(st, cas.ZeroID)
+	if err := b.Put(ctx, "d/f", cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 1, ID: st.blob(t, "x")}, ""); err != nil {
+		t.Fatal(err)
+	}
+	root, err := b.Write(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cas.ReadTree(ctx, st, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := tr.Lookup("d")
+	st.flaky, st.fails = d.ID, 1
+
+	f, err := New(Options{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A request the kernel interrupted (its context cancelled) still
+	// reads the tree: no EINTR for an lstat that got a signal.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	n := &dirNode{fsys: f, root: root, id: root}
+	if errno := n.ensure(cancelled); errno != 0 || n.tree == nil {
+		t.Fatalf("ensure with a cancelled request: %v", errno)
+	}
+	// A transient store error fails this use only.
+	flaky := &dirNode{fsys: f, root: root, path: "d", id: d.ID}
+	if errno := flaky.ensure(ctx); errno == 0 {
+		t.Fatal("ensure of a tree whose read failed succeeded")
+	}
+	if errno := flaky.ensure(ctx); errno != 0 || flaky.tree == nil {
+		t.Fatalf("ensure after the store recovered: %v", errno)
+	}
+	// A missing tree stays missing (and is not read again).
+	missing := &dirNode{fsys: f, root: root, id: cas.Sum([]byte("no such tree"))}
+	reads := f.Counters.TreeReads.Load()
+	for range 2 {
+		if errno := missing.ensure(ctx); errno != syscall.ENOENT {
+			t.Fatalf("ensure of a missing tree: %v, want ENOENT", errno)
+		}
+	}
+	if got := f.Counters.TreeReads.Load() - reads; got != 1 {
+		t.Fatalf("a missing tree was read %d times, want once", got)
 	}
 }
 

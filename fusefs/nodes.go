@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -22,33 +23,58 @@ type dirNode struct {
 	path string // path inside root ("" for the root itself)
 	id   cas.ID // this directory's tree
 
-	once sync.Once
-	tree *cas.Tree
-	err  syscall.Errno
+	// tree is read on first use; loaded is set (after tree or err) once
+	// the outcome is final. Only a missing or corrupt tree is a final
+	// error: anything else (an interrupted request, a transient failure of
+	// the store) is reported and tried again on the next use.
+	mu     sync.Mutex
+	loaded atomic.Bool
+	tree   *cas.Tree
+	err    syscall.Errno
+
+	// listing is the directory's entries, built on the first open and
+	// shared by every later one (read-only).
+	listOnce sync.Once
+	listing  []fuse.DirEntry
 }
 
 var (
-	_ fs.NodeLookuper    = (*dirNode)(nil)
-	_ fs.NodeReaddirer   = (*dirNode)(nil)
-	_ fs.NodeGetattrer   = (*dirNode)(nil)
-	_ fs.NodeGetxattrer  = (*dirNode)(nil)
-	_ fs.NodeListxattrer = (*dirNode)(nil)
+	_ fs.NodeLookuper       = (*dirNode)(nil)
+	_ fs.NodeOpendirHandler = (*dirNode)(nil)
+	_ fs.NodeGetattrer      = (*dirNode)(nil)
+	_ fs.NodeGetxattrer     = (*dirNode)(nil)
+	_ fs.NodeListxattrer    = (*dirNode)(nil)
 )
 
 func (d *dirNode) ensure(ctx context.Context) syscall.Errno {
-	d.once.Do(func() {
-		d.fsys.Counters.TreeReads.Add(1)
-		t, err := cas.ReadTree(ctx, d.fsys.opts.Store, d.id)
-		if err != nil {
-			d.err = toErrno(err)
-			if d.err != syscall.ENOENT {
-				d.fsys.opts.Logger.Error("read tree", "tree", d.id.String(), "err", err)
-			}
-			return
+	if d.loaded.Load() {
+		return d.err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.loaded.Load() {
+		return d.err
+	}
+	d.fsys.Counters.TreeReads.Add(1)
+	// Not cancellable: the kernel interrupts a request whenever the
+	// calling thread gets a signal (a Go program's preemption signal is
+	// enough), and a short local read is better finished than failed with
+	// EINTR, which the caller's lstat or open would return as is.
+	t, err := cas.ReadTree(context.WithoutCancel(ctx), d.fsys.opts.Store, d.id)
+	if err != nil {
+		errno := toErrno(err)
+		if errno != syscall.ENOENT {
+			d.fsys.opts.Logger.Error("read tree", "tree", d.id.String(), "err", err)
 		}
-		d.tree = t
-	})
-	return d.err
+		if errno == syscall.ENOENT || errors.Is(err, cas.ErrCorrupt) {
+			d.err = errno
+			d.loaded.Store(true)
+		}
+		return errno
+	}
+	d.tree = t
+	d.loaded.Store(true)
+	return 0
 }
 
 func (d *dirNode) fillAttr(out *fuse.Attr) {
@@ -116,23 +142,77 @@ func (d *dirNode) leafIno(e *cas.Entry, p string) uint64 {
 	return inoFor(d.root, p, false)
 }
 
-// Readdir lists entries in the tree's (sorted, deterministic) order.
-func (d *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	d.fsys.Counters.Readdirs.Add(1)
-	if errno := d.ensure(ctx); errno != 0 {
-		return nil, errno
-	}
-	list := make([]fuse.DirEntry, 0, len(d.tree.Entries))
-	for i := range d.tree.Entries {
-		e := &d.tree.Entries[i]
-		p := d.child(e.Name)
-		ino := inoFor(d.root, p, false)
-		if e.Type != cas.TypeDir {
-			ino = d.leafIno(e, p)
+// entries lists the directory in the tree's (sorted, deterministic)
+// order, built once.
+func (d *dirNode) entries() []fuse.DirEntry {
+	d.listOnce.Do(func() {
+		list := make([]fuse.DirEntry, 0, len(d.tree.Entries))
+		for i := range d.tree.Entries {
+			e := &d.tree.Entries[i]
+			p := d.child(e.Name)
+			ino := inoFor(d.root, p, false)
+			if e.Type != cas.TypeDir {
+				ino = d.leafIno(e, p)
+			}
+			list = append(list, fuse.DirEntry{Name: e.Name, Mode: typeMode(e.Type), Ino: ino})
 		}
-		list = append(list, fuse.DirEntry{Name: e.Name, Mode: typeMode(e.Type), Ino: ino})
+		d.listing = list
+	})
+	return d.listing
+}
+
+// OpendirHandle opens the directory for listing and lets the kernel keep
+// what it reads in its page cache (FOPEN_CACHE_DIR, FOPEN_KEEP_CACHE): a
+// projected directory never changes, so after the first listing a readdir
+// costs the kernel an OPENDIR and a RELEASEDIR round trip, not a READDIRPLUS
+// that re-sends every entry with its attributes.
+func (d *dirNode) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if errno := d.ensure(ctx); errno != 0 {
+		return nil, 0, errno
 	}
-	return fs.NewListDirStream(list), 0
+	return &listingHandle{d: d, entries: d.entries()}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// listingHandle serves an open directory from its listing and counts, in
+// Counters.Readdirs, the listings the kernel actually asked for. Offsets
+// are positions in the listing (1 after the first entry).
+type listingHandle struct {
+	d       *dirNode
+	mu      sync.Mutex
+	entries []fuse.DirEntry // shared, read-only
+	next    int
+	counted bool
+}
+
+var (
+	_ fs.FileReaddirenter = (*listingHandle)(nil)
+	_ fs.FileSeekdirer    = (*listingHandle)(nil)
+)
+
+func (h *listingHandle) Readdirent(context.Context) (*fuse.DirEntry, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.counted {
+		h.counted = true
+		h.d.fsys.Counters.Readdirs.Add(1)
+	}
+	if h.next >= len(h.entries) {
+		return nil, 0
+	}
+	e := h.entries[h.next]
+	h.next++
+	e.Off = uint64(h.next)
+	return &e, 0
+}
+
+func (h *listingHandle) Seekdir(_ context.Context, off uint64) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if off > uint64(len(h.entries)) {
+		return syscall.EINVAL
+	}
+	h.next = int(off)
+	return 0
 }
 
 func (d *dirNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
@@ -234,7 +314,10 @@ func (f *FS) verify(ctx context.Context, id cas.ID) syscall.Errno {
 		return 0
 	}
 	f.Counters.BlobVerifies.Add(1)
-	rc, err := f.opts.Store.Get(ctx, id)
+	// Not cancellable, like a tree read (see dirNode.ensure): an open
+	// interrupted by a signal would fail with EINTR, which open(2) callers
+	// do not retry; a caller that died leaves a verified blob behind.
+	rc, err := f.opts.Store.Get(context.WithoutCancel(ctx), id)
 	if err == nil {
 		_, err = io.Copy(io.Discard, rc)
 		rc.Close()
