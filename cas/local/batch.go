@@ -43,6 +43,15 @@ var _ cas.Batcher = (*Store)(nil)
 //     (cheaper than fsyncing each fan-out directory: a batch of 1000 random
 //     ids touches ~250 of them).
 //
+// With Options.SmallBatch set, a small batch (at most that many new
+// objects: a seal of a few changed files) flushes file by file instead,
+// because syncfs writes back every dirty page of the file system, anyone's,
+// and so costs what the busiest other writer on it has pending: Put keeps
+// such a batch's temp files open, step 1 makes new fan-out directories
+// durable as Put does, step 2 fsyncs the temp files in parallel and step 4
+// the fan-out directories the renames touched, in parallel too. The first
+// Put past the limit closes the files and the batch goes on with syncfs.
+//
 // No name is published before step 2 returns, so whatever a crash leaves
 // under objects/ is whole. Step 4 runs even when step 3 stopped early, and
 // until it returns the renamed ids are registered as in flight, so a
@@ -65,21 +74,33 @@ var _ cas.Batcher = (*Store)(nil)
 // The batch is built only on Linux; elsewhere the store is no Batcher and
 // cas.NewBatch falls back to Put.
 func (s *Store) NewBatch() cas.Batch {
-	return &batch{
-		s:      s,
-		syncfs: unix.Syncfs,
-		rename: renameNoReplace,
-		prefix: "batch-" + strconv.FormatUint(rand.Uint64(), 16) + "-",
-		fd:     -1,
-		objs:   map[cas.ID]uint64{},
+	b := &batch{
+		s:        s,
+		syncfs:   unix.Syncfs,
+		fsync:    unix.Fsync,
+		syncDir:  syncDir,
+		rename:   renameNoReplace,
+		smallMax: s.smallBatch,
+		prefix:   "batch-" + strconv.FormatUint(rand.Uint64(), 16) + "-",
+		fd:       -1,
+		objs:     map[cas.ID]uint64{},
 	}
+	if b.smallMax > 0 {
+		b.open = map[uint64]int{}
+	}
+	return b
 }
 
 type batch struct {
 	s *Store
-	// Seams for tests; unix.Syncfs and renameNoReplace otherwise.
-	syncfs func(fd int) error
-	rename func(oldpath, newpath string) error
+	// Seams for tests; unix.Syncfs, unix.Fsync, syncDir and
+	// renameNoReplace otherwise.
+	syncfs  func(fd int) error
+	fsync   func(fd int) error
+	syncDir func(dir string) error
+	rename  func(oldpath, newpath string) error
+	// smallMax is Options.SmallBatch (0: always syncfs).
+	smallMax int
 
 	// Temp files are prefix + a sequence number, so the batch can name them
 	// from the number alone. The prefix is random per batch; O_EXCL guards
@@ -93,6 +114,9 @@ type batch struct {
 	// syncfs is called on it and reports errors since it was opened.
 	fd   int
 	objs map[cas.ID]uint64 // id -> temp file sequence number
+	// open holds the descriptors of the temp files while the batch is
+	// small (sequence number -> fd); nil once it flushes with syncfs.
+	open map[uint64]int
 }
 
 func (b *batch) tempPath(seq uint64) string {
@@ -186,9 +210,6 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	if err := f.chmod(0o444); err != nil {
 		return cas.Info{}, false, fmt.Errorf("batch put: %w", err)
 	}
-	if err := f.close(); err != nil {
-		return cas.Info{}, false, fmt.Errorf("batch put: %w", err)
-	}
 	info := cas.Info{ID: cas.IDFromHash(h), Size: size}
 	if !whole {
 		if known, err := b.known(info.ID); err != nil || known {
@@ -209,9 +230,28 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	if _, dup := b.objs[info.ID]; dup {
 		return info, false, nil // a concurrent Put of the same bytes won
 	}
+	if b.open != nil && len(b.open) < b.smallMax {
+		// Commit fsyncs it through this descriptor, opened before the
+		// write: it reports any writeback error of the file.
+		b.open[seq], f.fd = f.fd, -1
+	} else {
+		b.closeOpenLocked() // from here on the batch flushes with syncfs
+		if err := f.close(); err != nil {
+			return cas.Info{}, false, fmt.Errorf("batch put: %w", err)
+		}
+	}
 	b.objs[info.ID] = seq
 	kept = true
 	return info, true, nil
+}
+
+// closeOpenLocked closes the temp files a small batch kept open and turns
+// it into one that flushes with syncfs. b.mu is held.
+func (b *batch) closeOpenLocked() {
+	for _, fd := range b.open {
+		unix.Close(fd)
+	}
+	b.open = nil
 }
 
 // rawFile is a temp file written with bare system calls. os.File would add
@@ -269,23 +309,26 @@ func (f *rawFile) close() error {
 }
 
 // end closes the batch and hands its state to the caller, or reports false
-// if it had ended already.
-func (b *batch) end() (objs map[cas.ID]uint64, fd int, ok bool) {
+// if it had ended already. open is nil unless the batch is small.
+func (b *batch) end() (objs map[cas.ID]uint64, open map[uint64]int, fd int, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ended {
-		return nil, -1, false
+		return nil, nil, -1, false
 	}
-	objs, fd = b.objs, b.fd
-	b.ended, b.objs, b.fd = true, nil, -1
-	return objs, fd, true
+	objs, open, fd = b.objs, b.open, b.fd
+	b.ended, b.objs, b.open, b.fd = true, nil, nil, -1
+	return objs, open, fd, true
 }
 
 // Abort implements cas.Batch.
 func (b *batch) Abort() {
-	objs, fd, ok := b.end()
+	objs, open, fd, ok := b.end()
 	if !ok {
 		return
+	}
+	for _, fd := range open {
+		unix.Close(fd)
 	}
 	for _, seq := range objs {
 		os.Remove(b.tempPath(seq))
@@ -300,15 +343,37 @@ type pendingObject struct {
 	seq uint64
 }
 
+// parallel runs fn(i) for i in [0, n) on n goroutines and returns their
+// errors joined. n is at most Options.SmallBatch (or the fan-out
+// directories of such a batch).
+func parallel(n int, fn func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // Commit implements cas.Batch (see Store.NewBatch for the protocol).
 func (b *batch) Commit(ctx context.Context) error {
-	objs, fd, ok := b.end()
+	objs, open, fd, ok := b.end()
 	if !ok {
 		return errEnded("commit")
 	}
 	if fd >= 0 {
 		defer unix.Close(fd)
 	}
+	defer func() {
+		for _, fd := range open {
+			unix.Close(fd)
+		}
+	}()
 	// Id order puts renames into one fan-out directory next to each other
 	// and makes a partial publication predictable.
 	pending := make([]pendingObject, 0, len(objs))
@@ -332,24 +397,48 @@ func (b *batch) Commit(ctx context.Context) error {
 		return nil
 	}
 	s := b.s
-	// 1. Fan-out directories, made durable by the flush that follows.
-	var made []byte
-	for i, p := range pending {
-		fan := p.id[0]
-		if s.fanout[fan].Load() || (i > 0 && pending[i-1].id[0] == fan) {
-			continue
+	small := open != nil
+	if small {
+		// 1. and 2., file by file.
+		for i, p := range pending {
+			if i == 0 || pending[i-1].id[0] != p.id[0] {
+				if err := s.ensureFanout(p.id, b.syncDir); err != nil {
+					return fmt.Errorf("batch commit: %w", err)
+				}
+			}
 		}
-		if err := os.Mkdir(s.fanoutDir(p.id), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := parallel(len(pending), func(i int) error {
+			fd, ok := open[pending[i].seq]
+			if !ok {
+				return fmt.Errorf("temp file of %s not open: %w", pending[i].id, cas.ErrFailedPrecondition)
+			}
+			if err := b.fsync(fd); err != nil {
+				return fmt.Errorf("fsync %s: %w", b.tempPath(pending[i].seq), err)
+			}
+			return nil
+		}); err != nil {
 			return fmt.Errorf("batch commit: %w", err)
 		}
-		made = append(made, fan)
-	}
-	// 2. One flush for every temp file and directory.
-	if err := b.syncfs(fd); err != nil {
-		return fmt.Errorf("batch commit: syncfs %s: %w", s.dir, err)
-	}
-	for _, fan := range made {
-		s.fanout[fan].Store(true)
+	} else {
+		// 1. Fan-out directories, made durable by the flush that follows.
+		var made []byte
+		for i, p := range pending {
+			fan := p.id[0]
+			if s.fanout[fan].Load() || (i > 0 && pending[i-1].id[0] == fan) {
+				continue
+			}
+			if err := os.Mkdir(s.fanoutDir(p.id), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("batch commit: %w", err)
+			}
+			made = append(made, fan)
+		}
+		// 2. One flush for every temp file and directory.
+		if err := b.syncfs(fd); err != nil {
+			return fmt.Errorf("batch commit: syncfs %s: %w", s.dir, err)
+		}
+		for _, fan := range made {
+			s.fanout[fan].Store(true)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("batch commit: %w", err)
@@ -390,10 +479,22 @@ func (b *batch) Commit(ctx context.Context) error {
 	}
 	// 4. One flush for every rename, whatever happened above: the renamed
 	// objects are visible and must be durable before they leave inflight.
+	// The objects stay if it fails: removing them could pull one from
+	// under a Put that already found it. Whether they survive a crash is
+	// unknown until the next Open fsyncs the fan-out directories.
+	if small {
+		var dirs []string
+		for i, p := range pending[:done] {
+			if i == 0 || pending[i-1].id[0] != p.id[0] {
+				dirs = append(dirs, s.fanoutDir(p.id))
+			}
+		}
+		if serr := parallel(len(dirs), func(i int) error { return b.syncDir(dirs[i]) }); serr != nil && err == nil {
+			err = fmt.Errorf("batch commit: %w", serr)
+		}
+		return err
+	}
 	if serr := b.syncfs(fd); serr != nil && err == nil {
-		// The objects stay: removing them could pull one from under a Put
-		// that already found it. Whether they survive a crash is unknown
-		// until the next Open fsyncs the fan-out directories.
 		err = fmt.Errorf("batch commit: syncfs %s: %w", s.dir, serr)
 	}
 	return err

@@ -7,9 +7,12 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -271,5 +274,218 @@ func TestBatchCommitFailures(t *testing.T) {
 				t.Fatalf("Abort after a failed Commit removed objects: %d left, want %d", got, tc.wantPublished)
 			}
 		})
+	}
+}
+
+// smallHooks counts and can fail the system calls of a small batch's
+// Commit.
+type smallHooks struct {
+	mu                       sync.Mutex
+	fsyncs, dirSyncs, syncfs int
+	renames                  int
+	failFsync, failDirSync   bool
+	// synced are the directories synced, in order.
+	synced []string
+	// onRename runs before each rename.
+	onRename func()
+}
+
+// smallLimit is the Options.SmallBatch of the small-batch tests.
+const smallLimit = 16
+
+func newSmallBatch(t *testing.T, n int, hk *smallHooks) *hookedBatch {
+	t.Helper()
+	s, err := Open(t.TempDir(), &Options{SmallBatch: smallLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hookedBatch{s: s, b: s.NewBatch().(*batch)}
+	h.b.syncfs = func(fd int) error {
+		hk.mu.Lock()
+		hk.syncfs++
+		hk.mu.Unlock()
+		return unix.Syncfs(fd)
+	}
+	h.b.fsync = func(fd int) error {
+		hk.mu.Lock()
+		hk.fsyncs++
+		fail := hk.failFsync && hk.fsyncs == 2
+		hk.mu.Unlock()
+		if fail {
+			return unix.EIO
+		}
+		return unix.Fsync(fd)
+	}
+	h.b.syncDir = func(dir string) error {
+		hk.mu.Lock()
+		hk.dirSyncs++
+		hk.synced = append(hk.synced, dir)
+		fail := hk.failDirSync
+		hk.mu.Unlock()
+		if fail {
+			return unix.EIO
+		}
+		return syncDir(dir)
+	}
+	h.b.rename = func(oldpath, newpath string) error {
+		hk.mu.Lock()
+		hk.renames++
+		hk.mu.Unlock()
+		if hk.onRename != nil {
+			hk.onRename()
+		}
+		return renameNoReplace(oldpath, newpath)
+	}
+	t.Cleanup(h.b.Abort)
+	for i := range n {
+		content := make([]byte, []int{10, 4096, bufSize + 1}[i%3])
+		rand.Read(content)
+		info, created, err := h.b.Put(context.Background(), bytes.NewReader(content))
+		if err != nil || !created {
+			t.Fatalf("batch put: created %v, %v", created, err)
+		}
+		h.ids = append(h.ids, info.ID)
+	}
+	slices.SortFunc(h.ids, func(a, b cas.ID) int { return bytes.Compare(a[:], b[:]) })
+	return h
+}
+
+// A small batch flushes file by file: every temp file is fsynced before
+// the first rename, every fan-out directory a rename touched after the
+// last one, and syncfs never runs.
+func TestSmallBatchFlushesFileByFile(t *testing.T) {
+	const n = 5
+	hk := &smallHooks{}
+	var h *hookedBatch
+	hk.onRename = func() {
+		hk.mu.Lock()
+		defer hk.mu.Unlock()
+		if hk.fsyncs != n {
+			t.Errorf("rename %d ran after %d of %d fsyncs", hk.renames, hk.fsyncs, n)
+		}
+		for _, d := range hk.synced {
+			if d != h.s.objects {
+				t.Errorf("fan-out directory %s synced before the rename %d", d, hk.renames)
+			}
+		}
+		for _, e := range h.temps(t) {
+			if fi, err := e.Info(); err != nil || fi.Mode() != 0o444 {
+				t.Errorf("temp file %s at rename: mode %v (%v), want 0444", e.Name(), fi.Mode(), err)
+			}
+		}
+	}
+	h = newSmallBatch(t, n, hk)
+	// Fan-outs are new in a fresh store: ensureFanout syncs objects/ once
+	// per new fan-out before any temp file is flushed.
+	fans := map[byte]bool{}
+	for _, id := range h.ids {
+		fans[id[0]] = true
+	}
+	if err := h.b.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if hk.syncfs != 0 || hk.fsyncs != n || hk.renames != n {
+		t.Fatalf("syncfs %d, fsyncs %d, renames %d; want 0, %d, %d", hk.syncfs, hk.fsyncs, hk.renames, n, n)
+	}
+	// One sync of objects/ per new fan-out, one of each fan-out after the
+	// renames.
+	if want := 2 * len(fans); hk.dirSyncs != want {
+		t.Fatalf("%d directory syncs, want %d", hk.dirSyncs, want)
+	}
+	if got := count(h.published(t)); got != n {
+		t.Fatalf("%d of %d objects published", got, n)
+	}
+	h.checkClean(t)
+	if len(h.b.open) != 0 {
+		t.Fatal("descriptors left open after Commit")
+	}
+}
+
+func TestSmallBatchFailures(t *testing.T) {
+	const n = 4
+	for _, tc := range []struct {
+		name                   string
+		failFsync, failDirSync bool
+		wantPublished          int
+	}{
+		{"FsyncFails", true, false, 0},
+		{"DirSyncFails", false, true, 0}, // the fan-outs are new: ensureFanout fails first
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hk := &smallHooks{failFsync: tc.failFsync, failDirSync: tc.failDirSync}
+			h := newSmallBatch(t, n, hk)
+			err := h.b.Commit(context.Background())
+			if !errors.Is(err, unix.EIO) {
+				t.Fatalf("Commit: %v, want EIO", err)
+			}
+			if got := count(h.published(t)); got != tc.wantPublished {
+				t.Fatalf("%d objects published, want %d", got, tc.wantPublished)
+			}
+			h.checkClean(t)
+		})
+	}
+	// With the fan-outs known, a failed sync after the renames leaves the
+	// objects published and reports the error.
+	hk := &smallHooks{}
+	h := newSmallBatch(t, n, hk)
+	for _, id := range h.ids {
+		h.s.fanout[id[0]].Store(true)
+		if err := os.MkdirAll(h.s.fanoutDir(id), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hk.failDirSync = true
+	if err := h.b.Commit(context.Background()); !errors.Is(err, unix.EIO) {
+		t.Fatalf("Commit with a failing fan-out sync: %v, want EIO", err)
+	}
+	if got := count(h.published(t)); got != n {
+		t.Fatalf("%d objects published, want all %d", got, n)
+	}
+	h.checkClean(t)
+}
+
+// A batch that grows past the limit closes its files and flushes with
+// syncfs, twice, and no file by file.
+func TestSmallBatchGrowsIntoSyncfs(t *testing.T) {
+	hk := &smallHooks{}
+	h := newSmallBatch(t, smallLimit+1, hk)
+	if h.b.open != nil {
+		t.Fatalf("%d descriptors still open past the limit", len(h.b.open))
+	}
+	if err := h.b.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if hk.syncfs != 2 || hk.fsyncs != 0 {
+		t.Fatalf("syncfs %d, fsyncs %d; want 2 and 0", hk.syncfs, hk.fsyncs)
+	}
+	if got := count(h.published(t)); got != smallLimit+1 {
+		t.Fatalf("%d objects published", got)
+	}
+	h.checkClean(t)
+}
+
+// Abort of a small batch closes its descriptors and removes its files.
+func TestSmallBatchAbort(t *testing.T) {
+	hk := &smallHooks{}
+	h := newSmallBatch(t, 3, hk)
+	fds := make([]int, 0, 3)
+	for _, fd := range h.b.open {
+		fds = append(fds, fd)
+	}
+	h.b.Abort()
+	for _, fd := range fds {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+			// The number may have been reused by another open meanwhile;
+			// only a temp file of ours would be a leak.
+			if p, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); strings.Contains(p, h.b.prefix) {
+				t.Errorf("fd %d (%s) still open after Abort", fd, p)
+			}
+		}
+	}
+	if left := h.temps(t); len(left) != 0 {
+		t.Fatalf("%d temp files left after Abort", len(left))
+	}
+	if hk.fsyncs != 0 || hk.renames != 0 {
+		t.Fatal("Abort flushed or renamed")
 	}
 }

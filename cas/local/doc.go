@@ -29,6 +29,13 @@
 // cas.ErrCorrupt instead of io.EOF in that case. Names under objects/ that
 // are not object names are ignored (never listed, never deleted).
 //
+// Batches (NewBatch) pay the protocol once per batch: two syncfs(2) calls
+// instead of an fsync per file and directory; with Options.SmallBatch, a
+// batch of at most that many objects fsyncs its files and directories in
+// parallel instead, which other writers' dirty pages cannot slow down but
+// which costs a flush of the disk's cache per fsync (slower on an idle
+// file system; off by default).
+//
 // Temp files: every failed or cancelled Put removes its own. Open removes
 // temp files older than Options.StaleTempAge (an hour by default), left by a
 // process that died mid-Put. It does not remove them all, because another
