@@ -8,10 +8,23 @@
 // index, no metacopy (a copied-up file is whole in the upper dir), no xino.
 // The cost of redirect_dir=off: rename(2) of a directory that exists in the
 // lower layer fails with EXDEV, as across file systems, and tools fall back
-// to copy and delete (mv does); files and new directories rename normally. What the upper dir
-// holds is then exactly the change: new and copied-up files, whiteouts
-// (0:0 character devices), opaque directories (trusted.overlay.opaque=y) and
-// directories whose metadata changed.
+// to copy and delete (mv does); files and new directories rename normally.
+// What the upper dir holds is then exactly the change: new and copied-up
+// files, whiteouts (0:0 character devices), opaque directories
+// (trusted.overlay.opaque=y) and directories whose metadata changed.
+//
+// Durability: deltas are mounted volatile. Overlayfs then never syncs the
+// upper file system: fsync(2) inside an attempt root returns at once, and
+// unmounting skips the syncfs(2) that otherwise costs a flush of the whole
+// state file system (10x the rest of an unmount here). Nothing is lost that
+// was promised: an attempt's unsealed writes are not durable state (FR-03
+// is about seals; a crash may fail a live attempt), and a seal reads the
+// upper directory through the page cache and makes durable only what it
+// writes to the content store. The price is on remount: overlayfs leaves a
+// marker in the work directory and refuses to mount it again until the
+// marker is gone. Reclaim removes it when the machine has not restarted
+// since the delta was mounted (BootID), the only case in which the upper
+// directory may be torn; after a restart the delta is discarded.
 //
 // Nothing here touches the journal: fabric records attempts, delta only
 // mounts, unmounts and seals directories.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -17,6 +18,11 @@ type Layout struct {
 	Lower string // the projected root, read-only
 	Dir   string // private to the attempt: holds upper/ and work/
 	Root  string // where the writable root is mounted
+	// LowerAttr, if set, is the lower root's owner, mode, times and xattrs
+	// (ReadRootAttr), which Mount gives the upper root. A projected root
+	// never changes, so a caller can read it once per root and spare every
+	// later Mount the round trips to the FUSE server.
+	LowerAttr *RootAttr
 }
 
 // Upper is the directory holding the attempt's changes.
@@ -31,25 +37,46 @@ func (l Layout) options() (string, error) {
 			return "", fmt.Errorf("overlay path %q must be absolute without ',', ':' or '\\': %w", p, cas.ErrInvalidArgument)
 		}
 	}
-	return "lowerdir=" + l.Lower + ",upperdir=" + l.Upper() + ",workdir=" + l.Work() +
-		",redirect_dir=off,index=off,metacopy=off,xino=off", nil
+	return "lowerdir=" + l.Lower + ",upperdir=" + l.Upper() + ",workdir=" + l.Work() + "," + Options, nil
 }
 
+// Options are the overlay features of every delta mount (see the package
+// doc): nothing outside the upper directory, and volatile.
+const Options = "redirect_dir=off,index=off,metacopy=off,xino=off,volatile"
+
 // Mount creates the delta directories and mounts the writable root. The
-// upper directory starts empty: activating adds no payload bytes.
+// upper directory starts empty: activating adds no payload bytes. The
+// directories may exist already (a retry after a failed mount), but the
+// work directory must not hold the marker of an earlier volatile mount:
+// see Reclaim.
 func Mount(l Layout) error {
 	opts, err := l.options()
 	if err != nil {
 		return err
 	}
-	for _, d := range []string{l.Upper(), l.Work(), l.Root} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return err
+	// Plain mkdirs, parents first: MkdirAll would stat every level first,
+	// twice the system calls on the activation path.
+	for _, d := range []string{filepath.Dir(l.Dir), l.Dir, l.Upper(), l.Work(), l.Root} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			if errors.Is(err, os.ErrNotExist) {
+				err = os.MkdirAll(d, 0o700) // a deeper custom layout
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
 	// The merged root is the upper root directory itself, so it must start
 	// with the lower root's attributes or the attempt would see 0700 root.
-	if err := copyRootAttrs(l.Lower, l.Upper()); err != nil {
+	attr := l.LowerAttr
+	if attr == nil {
+		a, err := ReadRootAttr(l.Lower)
+		if err != nil {
+			return err
+		}
+		attr = &a
+	}
+	if err := attr.apply(l.Upper()); err != nil {
 		return err
 	}
 	if err := unix.Mount("overlay", l.Root, "overlay", 0, opts); err != nil {
@@ -57,6 +84,37 @@ func Mount(l Layout) error {
 	}
 	return nil
 }
+
+// volatileMarker is where overlayfs notes a volatile mount in the work
+// directory; it refuses to mount the same upper and work directories again
+// while the marker is there, because after a crash of the machine the
+// upper directory may be missing writes.
+func (l Layout) volatileMarker() string { return filepath.Join(l.Work(), "work", "incompat") }
+
+// Reclaim removes the volatile marker an earlier mount of this delta left,
+// so that Mount can mount it again. Call it only when the machine has not
+// restarted since that mount (BootID is unchanged): then every write the
+// attempt made is in the page cache or on disk and the upper directory is
+// whole. After a restart, the delta must be discarded instead.
+func Reclaim(l Layout) error {
+	if err := os.RemoveAll(l.volatileMarker()); err != nil {
+		return fmt.Errorf("reclaim delta %s: %w", l.Dir, err)
+	}
+	return nil
+}
+
+var bootID = sync.OnceValues(func() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", fmt.Errorf("boot id: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+})
+
+// BootID identifies the running boot of the machine. A delta mounted under
+// one boot id and found unmounted under another went through a restart of
+// the machine, which a volatile upper directory does not survive.
+func BootID() (string, error) { return bootID() }
 
 // Unmount detaches the writable root. An already unmounted root is fine.
 func Unmount(root string) error {
@@ -93,49 +151,67 @@ func Mounted(root string) bool {
 	return st.Dev != parent.Dev
 }
 
-// copyRootAttrs gives dst the owner, mode, xattrs and mtime of src.
-func copyRootAttrs(src, dst string) error {
-	var st unix.Stat_t
-	if err := unix.Stat(src, &st); err != nil {
-		return fmt.Errorf("overlay lower %s: %w", src, err)
-	}
-	if err := unix.Chown(dst, int(st.Uid), int(st.Gid)); err != nil {
-		return err
-	}
-	if err := unix.Chmod(dst, st.Mode&0o7777); err != nil {
-		return err
-	}
-	if err := copyXattrs(src, dst); err != nil {
-		return err
-	}
-	ts := []unix.Timespec{st.Atim, st.Mtim}
-	return unix.UtimesNano(dst, ts)
+// RootAttr is what the upper root directory copies from the lower root:
+// owner, permission bits, times and extended attributes.
+type RootAttr struct {
+	UID, GID   uint32
+	Mode       uint32 // permission bits only
+	Atim, Mtim unix.Timespec
+	Xattrs     []Xattr
 }
 
-func copyXattrs(src, dst string) error {
-	sz, err := unix.Llistxattr(src, nil)
+// Xattr is one extended attribute.
+type Xattr struct {
+	Name  string
+	Value []byte
+}
+
+// ReadRootAttr reads dir's RootAttr. Extended attributes the file system
+// does not support, or lists but cannot read, are left out.
+func ReadRootAttr(dir string) (RootAttr, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return RootAttr{}, fmt.Errorf("overlay lower %s: %w", dir, err)
+	}
+	a := RootAttr{UID: st.Uid, GID: st.Gid, Mode: st.Mode & 0o7777, Atim: st.Atim, Mtim: st.Mtim}
+	sz, err := unix.Llistxattr(dir, nil)
 	if err != nil || sz == 0 {
-		return nil // no xattrs, or none supported
+		return a, nil // no xattrs, or none supported
 	}
 	buf := make([]byte, sz)
-	if sz, err = unix.Llistxattr(src, buf); err != nil {
-		return nil
+	if sz, err = unix.Llistxattr(dir, buf); err != nil {
+		return a, nil
 	}
 	for _, name := range strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00") {
 		if name == "" {
 			continue
 		}
-		vsz, err := unix.Lgetxattr(src, name, nil)
+		vsz, err := unix.Lgetxattr(dir, name, nil)
 		if err != nil {
 			continue
 		}
 		val := make([]byte, vsz)
-		if vsz, err = unix.Lgetxattr(src, name, val); err != nil {
+		if vsz, err = unix.Lgetxattr(dir, name, val); err != nil {
 			continue
 		}
-		if err := unix.Lsetxattr(dst, name, val[:vsz], 0); err != nil {
-			return fmt.Errorf("copy xattr %s to %s: %w", name, dst, err)
+		a.Xattrs = append(a.Xattrs, Xattr{Name: name, Value: val[:vsz]})
+	}
+	return a, nil
+}
+
+// apply gives dst the attributes; the times go last, as the other changes
+// would touch them.
+func (a *RootAttr) apply(dst string) error {
+	if err := unix.Chown(dst, int(a.UID), int(a.GID)); err != nil {
+		return err
+	}
+	if err := unix.Chmod(dst, a.Mode); err != nil {
+		return err
+	}
+	for _, x := range a.Xattrs {
+		if err := unix.Lsetxattr(dst, x.Name, x.Value, 0); err != nil {
+			return fmt.Errorf("copy xattr %s to %s: %w", x.Name, dst, err)
 		}
 	}
-	return nil
+	return unix.UtimesNano(dst, []unix.Timespec{a.Atim, a.Mtim})
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/local"
 	"github.com/esf-dev/esf/fusefs"
@@ -124,5 +126,80 @@ func TestSiblingDeltasAreIsolated(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(lower, "a.txt"), nil, 0o644); err == nil {
 		t.Error("lower projection is writable")
+	}
+}
+
+// A volatile delta mounts again only once Reclaim has removed overlayfs's
+// marker, and then shows everything written before the unmount.
+func TestVolatileDeltaRemount(t *testing.T) {
+	_, _, lower := projected(t, map[string]string{"a.txt": "base a"})
+	l := attempt(t, lower)
+	if err := os.WriteFile(filepath.Join(l.Root, "new.txt"), []byte("unsealed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Unmount(l.Root); err != nil {
+		t.Fatal(err)
+	}
+	if err := Mount(l); err == nil {
+		t.Fatal("a volatile delta mounted again without Reclaim; overlayfs should refuse")
+	}
+	if err := Reclaim(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := Mount(l); err != nil {
+		t.Fatalf("mount after Reclaim: %v", err)
+	}
+	for p, want := range map[string]string{"new.txt": "unsealed", "a.txt": "base a"} {
+		if b, err := os.ReadFile(filepath.Join(l.Root, p)); err != nil || string(b) != want {
+			t.Errorf("%s after the remount: %q, %v; want %q", p, b, err, want)
+		}
+	}
+	if id, err := BootID(); err != nil || len(id) < 32 {
+		t.Errorf("BootID = %q, %v", id, err)
+	}
+}
+
+// The writable root starts with the lower root's owner, mode, mtime and
+// xattrs, whether Mount reads them or the caller hands them over.
+func TestRootAttrs(t *testing.T) {
+	_, _, lower := projected(t, map[string]string{"a.txt": "a"})
+	want, err := ReadRootAttr(lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.Mode&0o777 == 0 {
+		t.Fatalf("lower root attrs %+v: no permission bits", want)
+	}
+	given := want
+	given.Mode = 0o751
+	given.Mtim = unix.Timespec{Sec: 1_000_000_000, Nsec: 5}
+	given.Xattrs = []Xattr{{Name: "user.esf-test", Value: []byte("v")}}
+	for _, tc := range []struct {
+		name string
+		attr *RootAttr
+		want RootAttr
+	}{{"read", nil, want}, {"given", &given, given}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l := Layout{Lower: lower, Dir: filepath.Join(dir, "delta"), Root: filepath.Join(dir, "root"), LowerAttr: tc.attr}
+			if err := Mount(l); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { Remove(l) })
+			var st unix.Stat_t
+			if err := unix.Stat(l.Root, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode&0o7777 != tc.want.Mode || st.Uid != tc.want.UID || st.Mtim != tc.want.Mtim {
+				t.Errorf("root mode %o uid %d mtime %v; want %o %d %v", st.Mode&0o7777, st.Uid, st.Mtim, tc.want.Mode, tc.want.UID, tc.want.Mtim)
+			}
+			for _, x := range tc.want.Xattrs {
+				buf := make([]byte, 64)
+				n, err := unix.Lgetxattr(l.Root, x.Name, buf)
+				if err != nil || string(buf[:n]) != string(x.Value) {
+					t.Errorf("xattr %s: %q, %v", x.Name, buf[:n], err)
+				}
+			}
+		})
 	}
 }

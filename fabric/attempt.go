@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,8 +17,11 @@ import (
 
 // Attempts: activate leases a node and mounts a private writable delta on
 // its root; release unmounts and deletes it; leases expire unless renewed.
-// The journal records intent (attempt, lease) first, then the worker mounts;
-// recovery reconciles the two after a crash (see Recover).
+// One journal commit records an activation (attempt, lease and runtime
+// record), and the default root is mounted while it flushes; recovery
+// reconciles the journal and the mounts after a crash (see Recover): a
+// mount of an attempt the journal does not know is removed, an attempt
+// whose delta survives is mounted again, one whose delta is gone fails.
 
 // Operation names of the attempt lifecycle.
 const (
@@ -70,7 +74,7 @@ func (f *Fabric) Activate(ctx context.Context, req ActivateRequest) (AttemptView
 }
 
 func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (AttemptView, error) {
-	var a journal.Attempt
+	var av AttemptView // the committed result (or a replay's first one)
 	if req.Executor == "" {
 		req.Executor = ExecutorNone
 	}
@@ -127,12 +131,21 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 	if f.quota.maxMem > 0 && mem > f.quota.maxMem {
 		return AttemptView{}, fmt.Errorf("activate: %d bytes of memory can never fit the daemon's %d: %w", mem, f.quota.maxMem, journal.ErrInvalidArgument)
 	}
+	boot, err := delta.BootID()
+	if err != nil {
+		return AttemptView{}, fmt.Errorf("activate: %w", err)
+	}
 	admitted := f.quota.reserve(mem)
 	if !admitted && req.NoQueue {
 		live, _ := f.quota.counts()
 		return AttemptView{}, fmt.Errorf("activate: %w", quotaExceeded(live, f.quota.maxLive))
 	}
-	err := f.mutate(ctx, op, req, &a, func(tx journal.Tx, ci CallInfo) (any, error) {
+	// The default root is mounted while the commit flushes (see premount).
+	var pre *premount
+	if admitted && req.Root == "" {
+		pre = f.startPremount(ctx, req.NodeID)
+	}
+	err = f.mutate(ctx, op, req, &av, func(tx journal.Tx, ci CallInfo) (any, error) {
 		n, err := journal.GetNode(tx, req.NodeID)
 		if err != nil {
 			return nil, err
@@ -152,8 +165,10 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 				return nil, fmt.Errorf("retry of %s must be on its node %s: %w", prev.AttemptID, prev.NodeID, journal.ErrInvalidArgument)
 			}
 		}
-		aid, err := f.ids.New(journal.KindAttempt)
-		if err != nil {
+		var aid string
+		if pre != nil && pre.rootID == n.RootID {
+			aid = pre.attemptID
+		} else if aid, err = f.ids.New(journal.KindAttempt); err != nil {
 			return nil, err
 		}
 		a := journal.Attempt{AttemptID: aid, NodeID: n.NodeID, GroupID: n.GroupID, Executor: req.Executor,
@@ -176,16 +191,29 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		}
 		// What the start (now or when dequeued) and restarts need, with
 		// where the delta and root will be, in the same batch as the
-		// attempt: a crash between this commit and the mount leaves an
-		// attempt that Recover can mount at the right place.
-		b, _ := json.Marshal(rtData{TTLMillis: ttl.Milliseconds(), MemoryBytes: mem, Container: container, BaseRootID: n.RootID})
+		// attempt: the mount needs no second commit, and a crash before
+		// it is done leaves an attempt that Recover can place. BootID: the
+		// mount happens in this boot (a queued attempt records its own
+		// when it starts).
+		d := rtData{TTLMillis: ttl.Milliseconds(), MemoryBytes: mem, Container: container, BaseRootID: n.RootID}
+		if admitted {
+			d.BootID = boot
+		}
 		l := f.layout(a, n.RootID, req.Root)
 		if err := journal.PutAttemptRuntime(tx, journal.AttemptRuntime{AttemptID: aid, Worker: f.worker,
-			PrivateDelta: l.Dir, Mount: l.Root, Data: b}); err != nil {
+			PrivateDelta: l.Dir, Mount: l.Root, Data: d.json()}); err != nil {
 			return nil, err
 		}
-		return journal.GetAttempt(tx, aid)
+		// The whole view, so that a fresh activation need not read it
+		// again (results recorded before held the attempt alone).
+		return attemptView(tx, aid)
 	})
+	a := av.Attempt
+	if pre != nil {
+		// Keep the early mount only for the attempt it was made for: not
+		// for a failed commit, nor a replay's earlier attempt.
+		f.endPremount(pre, err == nil && a.AttemptID == pre.attemptID && a.State == journal.AttemptActive)
+	}
 	if err != nil {
 		if admitted {
 			f.quota.unreserve(mem)
@@ -193,12 +221,16 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		return AttemptView{}, err
 	}
 	// A replay returns the first result: act on the attempt as it is now.
-	cur, err := f.attemptView(ctx, a.AttemptID)
-	if err != nil {
-		if admitted {
-			f.quota.unreserve(mem)
+	// The attempt the early mount was made for is not a replay's: its
+	// result is current.
+	cur := av
+	if pre == nil || a.AttemptID != pre.attemptID {
+		if cur, err = f.attemptView(ctx, a.AttemptID); err != nil {
+			if admitted {
+				f.quota.unreserve(mem)
+			}
+			return AttemptView{}, err
 		}
-		return AttemptView{}, err
 	}
 	switch {
 	case cur.State == journal.AttemptQueued:
@@ -216,9 +248,22 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		f.quota.bind(cur.AttemptID, mem)
 	}
 	a = cur.Attempt
-	// The mount follows the commit; a replay of the same key lands here too
-	// and finds the attempt already mounted.
-	if err := f.ensureMounted(ctx, a, req.Root); err != nil {
+	// Usually mounted already (premount); otherwise (a custom root, a
+	// replay of an attempt whose mount went away, a failed early mount)
+	// it is mounted now.
+	base := ""
+	if cur.Runtime != nil {
+		var d rtData
+		json.Unmarshal(cur.Runtime.Data, &d)
+		base = d.BaseRootID
+	}
+	var recorded bool
+	if base != "" {
+		recorded, err = f.mountDelta(ctx, a, base, cur.Runtime, req.Root)
+	} else {
+		err = f.ensureMounted(ctx, a, req.Root)
+	}
+	if err != nil {
 		f.failAttempt(context.WithoutCancel(ctx), a.AttemptID, err)
 		return AttemptView{}, fmt.Errorf("activate: %w", err)
 	}
@@ -226,7 +271,64 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		f.failAttempt(context.WithoutCancel(ctx), a.AttemptID, err)
 		return AttemptView{}, fmt.Errorf("activate: %w", err)
 	}
+	if !recorded && a.Executor != ExecutorRunc {
+		// The mount changed nothing in the journal (the activation's
+		// commit wrote the runtime record it needed): cur is current.
+		return cur, nil
+	}
 	return f.attemptView(ctx, a.AttemptID)
+}
+
+// premount is an activation's writable root mounted while the journal
+// commit that records the attempt flushes: the mount costs about as much
+// as the flush and needs none of its results but the attempt id, which is
+// drawn first. A crash between the two leaves a mounted delta of an
+// attempt the journal does not know, which Recover unmounts and deletes
+// like any delta of an ended attempt.
+type premount struct {
+	attemptID, rootID string
+	done              chan error // the mount's outcome, once
+}
+
+// startPremount draws an attempt id and starts mounting the default root
+// of an attempt on node over its root; nil if the node cannot be
+// activated (the commit will say why).
+func (f *Fabric) startPremount(ctx context.Context, nodeID string) *premount {
+	var n journal.Node
+	if err := f.journal.View(ctx, func(r journal.Reader) error {
+		var err error
+		n, err = journal.GetNode(r, nodeID)
+		return err
+	}); err != nil || (n.Status != journal.NodeDraft && n.Status != journal.NodeSealed) {
+		return nil
+	}
+	aid, err := f.ids.New(journal.KindAttempt)
+	if err != nil {
+		return nil
+	}
+	p := &premount{attemptID: aid, rootID: n.RootID, done: make(chan error, 1)}
+	l := f.layout(journal.Attempt{AttemptID: aid}, n.RootID, "")
+	go func() {
+		f.mountMu.Lock()
+		defer f.mountMu.Unlock()
+		_, _, err := f.mountLocked(context.WithoutCancel(ctx), aid, n.RootID, l, "")
+		p.done <- err
+	}()
+	return p
+}
+
+// endPremount waits for the early mount and, unless keep, undoes it. A
+// kept one that failed is mounted again by the activation's mountDelta.
+func (f *Fabric) endPremount(p *premount, keep bool) {
+	<-p.done
+	if keep {
+		return
+	}
+	if err := delta.Unmount(filepath.Join(f.attemptDir(p.attemptID), "root")); err != nil {
+		f.log.Warn("undo early mount", "attempt_id", p.attemptID, "err", err)
+		return // Recover sweeps it
+	}
+	f.deleteDelta(p.attemptID)
 }
 
 // attemptDir is the worker-local home of an attempt's delta.
@@ -245,61 +347,111 @@ func (f *Fabric) layout(a journal.Attempt, rootID, root string) delta.Layout {
 // ensureMounted mounts a live attempt's writable root if it is not mounted
 // and records where in the attempt's runtime record.
 func (f *Fabric) ensureMounted(ctx context.Context, a journal.Attempt, root string) error {
-	f.mountMu.Lock()
-	defer f.mountMu.Unlock()
+	var v *AttemptView
 	var n journal.Node
-	var rt journal.AttemptRuntime
-	haveRT := false
 	err := f.journal.View(ctx, func(r journal.Reader) error {
 		var err error
-		if a, err = journal.GetAttempt(r, a.AttemptID); err != nil {
+		if v, err = attemptView(r, a.AttemptID); err != nil {
 			return err
 		}
-		if n, err = journal.GetNode(r, a.NodeID); err != nil {
-			return err
-		}
-		rt, err = journal.GetAttemptRuntime(r, a.AttemptID)
-		if err == nil {
-			haveRT = true
-		} else if !isNotFound(err) {
-			return err
-		}
-		return nil
+		n, err = journal.GetNode(r, v.NodeID)
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	if !a.State.Live() {
-		return fmt.Errorf("attempt %s is %s: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
+	var rt journal.AttemptRuntime
+	if v.Runtime != nil {
+		rt = *v.Runtime
 	}
-	if haveRT && rt.Mount != "" {
+	_, err = f.mountDelta(ctx, v.Attempt, baseRoot(v.Attempt, n, rt), v.Runtime, root)
+	return err
+}
+
+// mountDelta mounts the writable root of live attempt a over root base,
+// unless it is mounted, and records the mount in the attempt's runtime
+// record rt (nil if it has none) when that changes it, which it reports.
+// An activation writes the record it will need in its own commit, so its
+// mount commits nothing more.
+func (f *Fabric) mountDelta(ctx context.Context, a journal.Attempt, base string, rt *journal.AttemptRuntime, root string) (recorded bool, err error) {
+	f.mountMu.Lock()
+	defer f.mountMu.Unlock()
+	if !a.State.Live() {
+		return false, fmt.Errorf("attempt %s is %s: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
+	}
+	if rt != nil && rt.Mount != "" {
 		root = rt.Mount
 	}
-	base := baseRoot(a, n, rt)
-	l := f.layout(a, base, root)
-	if delta.Mounted(l.Root) {
-		return nil
-	}
-	if err := f.projection.Ensure(ctx); err != nil {
-		return err
-	}
-	if err := delta.Mount(l); err != nil {
-		return err
-	}
 	var d rtData
-	if haveRT {
+	if rt != nil {
 		json.Unmarshal(rt.Data, &d)
 	}
-	d.BaseRootID = base
+	l := f.layout(a, base, root)
+	mounted, boot, err := f.mountLocked(ctx, a.AttemptID, base, l, d.BootID)
+	if err != nil || !mounted {
+		return false, err
+	}
+	d.BaseRootID, d.BootID = base, boot
 	if d.MemoryBytes == 0 {
 		d.MemoryBytes = f.quota.memOf(a.AttemptID)
 	}
-	rt = journal.AttemptRuntime{AttemptID: a.AttemptID, Worker: f.worker, PrivateDelta: l.Dir, Mount: l.Root, Data: d.json()}
-	if err := f.journal.Update(ctx, func(tx journal.Tx) error { return journal.PutAttemptRuntime(tx, rt) }); err != nil {
-		delta.Unmount(l.Root)
-		return err
+	next := journal.AttemptRuntime{AttemptID: a.AttemptID, Worker: f.worker, PrivateDelta: l.Dir, Mount: l.Root, Data: d.json()}
+	if rt != nil && rt.Worker == next.Worker && rt.PrivateDelta == next.PrivateDelta && rt.Mount == next.Mount && bytes.Equal(rt.Data, next.Data) {
+		return false, nil
 	}
-	return nil
+	if err := f.journal.Update(ctx, func(tx journal.Tx) error { return journal.PutAttemptRuntime(tx, next) }); err != nil {
+		delta.Unmount(l.Root)
+		return false, err
+	}
+	return true, nil
+}
+
+// mountLocked mounts the delta of attempt id over root base at l unless
+// something is mounted at l.Root already (then mounted is false). bootID
+// is the boot the delta was last mounted in, if known; boot is the
+// current one. f.mountMu is held.
+func (f *Fabric) mountLocked(ctx context.Context, id, base string, l delta.Layout, bootID string) (mounted bool, boot string, err error) {
+	if delta.Mounted(l.Root) {
+		return false, "", nil
+	}
+	if boot, err = delta.BootID(); err != nil {
+		return false, "", err
+	}
+	// An upper directory that exists was mounted before (the mount went
+	// away: a crash between a seal's unmount and its commit, a restart of
+	// the machine, someone's umount). Being volatile, it is whole only if
+	// the machine has not restarted since.
+	if _, err := os.Lstat(l.Upper()); err == nil {
+		if bootID != "" && bootID != boot {
+			return false, "", fmt.Errorf("attempt %s: delta lost: mounted volatile before the machine restarted: %w", id, journal.ErrFailedPrecondition)
+		}
+		if err := delta.Reclaim(l); err != nil {
+			return false, "", err
+		}
+	}
+	// The projection is checked only when a mount fails: a live server
+	// costs nothing, a dead one (ENOTCONN on the lower) is restarted.
+	if !f.projection.started() {
+		if err := f.projection.Ensure(ctx); err != nil {
+			return false, "", err
+		}
+	}
+	if l.LowerAttr, err = f.projection.rootAttr(base); err == nil {
+		err = delta.Mount(l)
+	}
+	if err != nil && !f.projection.alive() {
+		f.log.Warn("projection not answering; restarting it", "attempt_id", id, "err", err)
+		if err := f.projection.Ensure(ctx); err != nil {
+			return false, "", err
+		}
+		if l.LowerAttr, err = f.projection.rootAttr(base); err == nil {
+			err = delta.Mount(l)
+		}
+	}
+	if err != nil {
+		return false, "", err
+	}
+	return true, boot, nil
 }
 
 func (f *Fabric) attemptView(ctx context.Context, id string) (AttemptView, error) {
@@ -335,7 +487,7 @@ func (f *Fabric) Release(ctx context.Context, req ReleaseRequest) (AttemptView, 
 	if a.Lease != nil && req.Token != 0 && req.Token != a.Lease.Token {
 		return AttemptView{}, staleToken(a.AttemptID, req.Token, a.Lease.Token)
 	}
-	if a.State == journal.AttemptQuiescing {
+	if a.State == journal.AttemptQuiescing || f.isSealing(a.AttemptID) {
 		return AttemptView{}, fmt.Errorf("release: attempt %s is sealing: %w", a.AttemptID, journal.ErrFailedPrecondition)
 	}
 	// Unmount first: if the root is busy, nothing changes in the journal.
@@ -429,11 +581,51 @@ func (f *Fabric) unmountAttempt(a journal.Attempt, rt *journal.AttemptRuntime) e
 }
 
 // deleteDelta removes an ended attempt's private directory (its delta and
-// default mountpoint); failures are logged, and Recover sweeps leftovers.
+// default mountpoint) off the request path: on a file system mounted with
+// discard (this machine's) every freed directory block is a synchronous
+// discard, ~0.4 ms, and a delta is about ten directories. The attempt has
+// ended in the journal already; a crash before the deletion leaves a
+// directory that Recover sweeps.
 func (f *Fabric) deleteDelta(attemptID string) {
-	f.mountMu.Lock()
-	defer f.mountMu.Unlock()
-	if err := os.RemoveAll(f.attemptDir(attemptID)); err != nil {
+	f.reapMu.Lock()
+	queued := false
+	if !f.reapClosed {
+		f.reaping.Add(1) // before the send: the reaper may be done first
+		select {
+		case f.reap <- attemptID:
+			queued = true
+		default: // the reaper is behind
+			f.reaping.Done()
+		}
+	}
+	f.reapMu.Unlock()
+	if !queued {
+		f.removeAttemptDir(attemptID)
+	}
+}
+
+// reaper deletes the directories deleteDelta queues, until Close closes
+// the queue.
+func (f *Fabric) reaper() {
+	defer f.reaperDone.Done()
+	for id := range f.reap {
+		f.removeAttemptDir(id)
+		f.reaping.Done()
+	}
+}
+
+// reapQueue is how many ended attempts' directories may wait for deletion.
+const reapQueue = 256
+
+func (f *Fabric) removeAttemptDir(attemptID string) {
+	dir := f.attemptDir(attemptID)
+	if delta.Mounted(filepath.Join(dir, "root")) {
+		// Deleting would reach into the mounted root; Recover unmounts
+		// and deletes it.
+		f.log.Warn("delete delta: root still mounted", "attempt_id", attemptID)
+		return
+	}
+	if err := os.RemoveAll(dir); err != nil {
 		f.log.Warn("delete delta", "attempt_id", attemptID, "err", err)
 	}
 }

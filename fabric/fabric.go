@@ -113,7 +113,21 @@ type Fabric struct {
 	now        func() time.Time
 	// mountMu serialises mounting and unmounting attempt roots.
 	mountMu sync.Mutex
-	quota   *quota
+	// sealing holds the attempts a Suspend of this process is sealing:
+	// the claim that keeps a second seal or a release off them (an
+	// attempt without an executor is quiescing only in memory until its
+	// seal commits; see Suspend).
+	sealMu  sync.Mutex
+	sealing map[string]bool
+	// reap queues ended attempts' directories for the reaper goroutine
+	// (Open to Close); reaping counts those not deleted yet. reapMu
+	// guards sends against Close closing reap (reapClosed).
+	reap       chan string
+	reapMu     sync.Mutex
+	reapClosed bool
+	reaping    sync.WaitGroup
+	reaperDone sync.WaitGroup
+	quota      *quota
 	// bg tracks goroutines that start queued attempts; Close waits.
 	bg      sync.WaitGroup
 	gcStats gcTotals
@@ -197,6 +211,10 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		logFile: filepath.Join(stateDir, "fuse-server.log"), pidFile: filepath.Join(stateDir, "fuse-server.pid"),
 	}
 
+	f.reap = make(chan string, reapQueue)
+	f.reaperDone.Add(1)
+	go f.reaper()
+
 	scanCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f.cancelScan = cancel
 	f.scanDone.Add(1)
@@ -231,6 +249,13 @@ func (f *Fabric) Close() error {
 		f.cancelScan()
 		f.scanDone.Wait()
 		f.bg.Wait()
+		// After bg: a queued start that fails deletes its delta. Later
+		// deletions (a caller that did not stop first) happen in place.
+		f.reapMu.Lock()
+		f.reapClosed = true
+		close(f.reap)
+		f.reapMu.Unlock()
+		f.reaperDone.Wait()
 		// The projection server (a child process) and live attempts' mounts
 		// stay: a restarted daemon adopts them. An in-process projection
 		// (tests) cannot outlive us; StopAll tears everything down.

@@ -318,6 +318,7 @@ func TestSealReproducesAttemptRoot(t *testing.T) {
 	if second.Attempt.State != journal.AttemptReleased {
 		t.Fatalf("attempt after final seal: %s", second.Attempt.State)
 	}
+	f.reaping.Wait() // deleted off the request path
 	if _, err := os.Stat(f.attemptDir(a.AttemptID)); !os.IsNotExist(err) {
 		t.Fatalf("delta left after release: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/fusefs"
 	"github.com/esf-dev/esf/journal"
 )
@@ -33,7 +34,16 @@ type projection struct {
 	mu     sync.Mutex
 	proc   *fusefs.Process
 	inproc *fuse.Server
+
+	// attrs caches the attributes of projected roots that deltas copy to
+	// their upper root: a root id names immutable content, so an entry
+	// never goes stale. Bounded by dropping everything when full.
+	attrMu sync.Mutex
+	attrs  map[string]delta.RootAttr
 }
+
+// maxRootAttrs bounds the root attribute cache (a few hundred bytes each).
+const maxRootAttrs = 4096
 
 // RootPath is where root id shows in the projection.
 func (p *projection) RootPath(rootID string) string {
@@ -70,6 +80,44 @@ func (p *projection) Ensure(ctx context.Context) error {
 	}
 	p.proc = proc
 	return nil
+}
+
+// started reports whether this process has started or adopted the
+// projection. It does not check that the server still answers: the mount
+// that needs it fails if it does not, and then calls Ensure (see mountDelta).
+func (p *projection) started() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inproc != nil || p.proc != nil
+}
+
+// alive reports whether the projection answers; false if never started.
+func (p *projection) alive() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inproc != nil || p.proc != nil && p.proc.Alive()
+}
+
+// rootAttr returns the cached attributes of a projected root, reading and
+// caching them on first use.
+func (p *projection) rootAttr(rootID string) (*delta.RootAttr, error) {
+	p.attrMu.Lock()
+	a, ok := p.attrs[rootID]
+	p.attrMu.Unlock()
+	if ok {
+		return &a, nil
+	}
+	a, err := delta.ReadRootAttr(p.RootPath(rootID))
+	if err != nil {
+		return nil, err
+	}
+	p.attrMu.Lock()
+	if p.attrs == nil || len(p.attrs) >= maxRootAttrs {
+		p.attrs = map[string]delta.RootAttr{}
+	}
+	p.attrs[rootID] = a
+	p.attrMu.Unlock()
+	return &a, nil
 }
 
 // Stop unmounts the projection; it fails while attempts still stack on it.
@@ -110,6 +158,10 @@ type rtData struct {
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	// Container is the runc attempt's container configuration.
 	Container *ContainerConfig `json:"container,omitempty"`
+	// BootID is the machine's boot (delta.BootID) when the delta was
+	// mounted: its volatile upper directory is whole only if the machine
+	// has not restarted since.
+	BootID string `json:"boot_id,omitempty"`
 }
 
 func (d rtData) json() json.RawMessage {

@@ -19,8 +19,11 @@ import (
 )
 
 // Seal boundaries for the crash harness, beside the generic ones of mutate
-// and the journal: after the attempt turned quiescing, and after the new
-// root's objects are stored but before the node is committed.
+// and the journal: after the attempt turned quiescing (in the journal or,
+// with no executor, in memory), after the new root's objects are stored,
+// and before the release (for an attempt with no executor, before the
+// unmount that lets the release join the seal's commit; otherwise between
+// that commit and the release's own).
 var (
 	fpSealQuiesced = failpoint.Declare("fabric.suspend.after-quiesce")
 	fpSealWritten  = failpoint.Declare("fabric.suspend.after-write-trees")
@@ -51,6 +54,16 @@ type SuspendResult struct {
 // one journal batch (FR-03). A draft node becomes sealed with the new root;
 // a sealed one gets a new sealed child. Then the attempt is released, unless
 // KeepRunning.
+//
+// Commits: an attempt that can run work (runc, wasi) is quiesced in the
+// journal first, so that exec refuses it while the seal reads. One without
+// an executor has nothing to stop: this process claims it in memory (a
+// second seal or a release is refused meanwhile), and the quiescing
+// transition is committed with the seal; a crash before that commit leaves
+// it active, as Recover would make a quiescing one. Such an attempt is also
+// unmounted before the commit, so that its release joins the same batch
+// and a one-file seal costs one journal commit: a crash after the unmount
+// leaves an active attempt whose delta Recover mounts again.
 func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult, error) {
 	var res SuspendResult
 	if err := journal.CheckID(journal.KindAttempt, req.AttemptID); err != nil {
@@ -63,12 +76,25 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	ctx = WithCallInfo(ctx, ci) // one key for the whole operation
 	// A replay returns the first result without sealing again.
 	var prev []byte
+	var a *AttemptView
+	var base string
 	err := f.journal.View(ctx, func(r journal.Reader) error {
 		b, found, err := journal.CheckIdempotency(r, ci.IdempotencyKey, OpSuspend, req)
-		if found {
+		if err != nil || found {
 			prev = b
+			return err
 		}
-		return err
+		if a, err = attemptView(r, req.AttemptID); err != nil {
+			return err
+		}
+		n, err := journal.GetNode(r, a.NodeID)
+		if err != nil {
+			return err
+		}
+		if a.Runtime != nil {
+			base = baseRoot(a.Attempt, n, *a.Runtime)
+		}
+		return nil
 	})
 	if err != nil {
 		return res, fmt.Errorf("suspend: %w", err)
@@ -79,37 +105,41 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 		}
 		return res, f.finishSuspend(ctx, &res, req.KeepRunning)
 	}
-
-	a, err := f.attemptView(ctx, req.AttemptID)
-	if err != nil {
-		return res, fmt.Errorf("suspend: %w", err)
-	}
 	if a.Lease != nil && req.Token != 0 && req.Token != a.Lease.Token {
 		return res, staleToken(a.AttemptID, req.Token, a.Lease.Token)
 	}
 	if a.State != journal.AttemptActive || a.Runtime == nil {
 		return res, fmt.Errorf("suspend: attempt %s is %s: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
 	}
-	var base string
-	if err := f.journal.View(ctx, func(r journal.Reader) error {
-		n, err := journal.GetNode(r, a.NodeID)
-		base = baseRoot(a.Attempt, n, *a.Runtime)
-		return err
-	}); err != nil {
-		return res, err
-	}
 	baseID, err := cas.ParseID(base)
 	if err != nil {
 		return res, err
 	}
+	if !f.claimSeal(a.AttemptID) {
+		return res, fmt.Errorf("suspend: attempt %s is sealing: %w", a.AttemptID, journal.ErrFailedPrecondition)
+	}
+	defer f.unclaimSeal(a.AttemptID)
 	// A GC session: what the seal stores or re-uses, and the base, stay
 	// until the node that names them is committed.
 	leave := f.store.Enter(baseID)
 	defer leave()
 
 	// Quiesce: the attempt stops being active before anything is read.
-	if err := f.setAttemptState(ctx, ci, a.AttemptID, journal.AttemptActive, journal.AttemptQuiescing); err != nil {
-		return res, fmt.Errorf("suspend: %w", err)
+	from := journal.AttemptActive
+	if a.Executor != ExecutorNone {
+		if err := f.setAttemptState(ctx, ci, a.AttemptID, journal.AttemptActive, journal.AttemptQuiescing); err != nil {
+			return res, fmt.Errorf("suspend: %w", err)
+		}
+		from = journal.AttemptQuiescing
+	}
+	// unquiesce puts the attempt back as it was after a failed seal.
+	unquiesce := func() {
+		if from != journal.AttemptQuiescing {
+			return
+		}
+		if err := f.setAttemptState(context.WithoutCancel(ctx), ci, a.AttemptID, journal.AttemptQuiescing, journal.AttemptActive); err != nil {
+			f.log.Error("roll back quiesce", "attempt_id", a.AttemptID, "err", err)
+		}
 	}
 	if err := failpoint.Inject(fpSealQuiesced); err != nil {
 		return res, err
@@ -122,7 +152,7 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	if a.Executor == ExecutorRunc && f.exec != nil {
 		exclude = executor.Footprint()
 		if err := f.exec.Freeze(ctx, a.AttemptID); err != nil {
-			f.setAttemptState(context.WithoutCancel(ctx), ci, a.AttemptID, journal.AttemptQuiescing, journal.AttemptActive)
+			unquiesce()
 			return res, fmt.Errorf("suspend: freeze: %w", err)
 		}
 		defer func() {
@@ -142,33 +172,101 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	if err == nil {
 		err = failpoint.Inject(fpSealWritten)
 	}
+	// Release with the seal: unmount now, while a failed commit can still
+	// mount the delta again. A busy root (a shell inside it) is released
+	// after the commit instead, as a runc attempt's is (its container must
+	// stop first, which cannot be undone).
+	release := false
+	if err == nil && !req.KeepRunning && a.Executor == ExecutorNone {
+		if err = failpoint.Inject(fpSealReleased); err == nil {
+			if uerr := f.unmountAttempt(a.Attempt, a.Runtime); uerr == nil {
+				release = true
+			} else {
+				f.log.Info("seal: root busy, releasing after the commit", "attempt_id", a.AttemptID, "err", uerr)
+			}
+		}
+	}
 	if err == nil {
 		err = f.mutate(ctx, OpSuspend, req, &res, func(tx journal.Tx, ci CallInfo) (any, error) {
-			return commitSeal(tx, ci, f.ids, req, sealed.Root.String(), env)
+			return commitSeal(tx, ci, f.ids, req, from, release, sealed.Root.String(), env)
 		})
 	}
 	if err != nil {
 		// Nothing was published: the attempt goes back to active with its
-		// delta intact, so the caller can retry the seal.
-		if rerr := f.setAttemptState(context.WithoutCancel(ctx), ci, a.AttemptID, journal.AttemptQuiescing, journal.AttemptActive); rerr != nil {
-			f.log.Error("roll back quiesce", "attempt_id", a.AttemptID, "err", rerr)
+		// delta intact (mounted again if the release unmounted it), so the
+		// caller can retry the seal.
+		// (An error after the commit point leaves it released: a replay
+		// returns the result.)
+		if v, verr := f.attemptView(context.WithoutCancel(ctx), a.AttemptID); release && verr == nil && v.State == journal.AttemptActive {
+			if merr := f.ensureMounted(context.WithoutCancel(ctx), a.Attempt, ""); merr != nil {
+				f.log.Error("mount again after a failed seal", "attempt_id", a.AttemptID, "err", merr)
+				f.failAttempt(context.WithoutCancel(ctx), a.AttemptID, merr)
+			}
 		}
+		unquiesce()
 		return SuspendResult{}, fmt.Errorf("suspend: %w", err)
 	}
 	f.log.Info("sealed", "attempt_id", a.AttemptID, "node_id", res.Node.NodeID, "root_id", res.Node.RootID,
 		"files", sealed.Files, "new_objects", sealed.NewObjects, "ms", time.Since(start).Milliseconds())
+	if release {
+		// Released in the commit: what the result says is current.
+		f.deleteDelta(a.AttemptID)
+		f.attemptEnded(ctx, a.AttemptID)
+		return res, nil
+	}
 	return res, f.finishSuspend(ctx, &res, req.KeepRunning)
 }
 
+// claimSeal marks attempt id as being sealed by this process; false if it
+// already is.
+func (f *Fabric) claimSeal(id string) bool {
+	f.sealMu.Lock()
+	defer f.sealMu.Unlock()
+	if f.sealing[id] {
+		return false
+	}
+	if f.sealing == nil {
+		f.sealing = map[string]bool{}
+	}
+	f.sealing[id] = true
+	return true
+}
+
+func (f *Fabric) unclaimSeal(id string) {
+	f.sealMu.Lock()
+	defer f.sealMu.Unlock()
+	delete(f.sealing, id)
+}
+
+func (f *Fabric) isSealing(id string) bool {
+	f.sealMu.Lock()
+	defer f.sealMu.Unlock()
+	return f.sealing[id]
+}
+
 // commitSeal publishes a seal: the node (a draft sealed in place, or a new
-// child) and the attempt's new state, in the caller's transaction.
-func commitSeal(tx journal.Tx, ci CallInfo, ids *journal.IDGen, req SuspendRequest, root string, env json.RawMessage) (SuspendResult, error) {
+// child) and the attempt's new state, in the caller's transaction. The
+// attempt is in state from: quiescing, or active if it was quiesced only
+// in memory (the transition is recorded here). With release, the attempt,
+// already unmounted, is also released in the same batch.
+func commitSeal(tx journal.Tx, ci CallInfo, ids *journal.IDGen, req SuspendRequest, from journal.AttemptState, release bool, root string, env json.RawMessage) (SuspendResult, error) {
 	a, err := journal.GetAttempt(tx, req.AttemptID)
 	if err != nil {
 		return SuspendResult{}, err
 	}
-	if a.State != journal.AttemptQuiescing {
-		return SuspendResult{}, fmt.Errorf("attempt %s is %s, not quiescing: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
+	if a.State != from {
+		return SuspendResult{}, fmt.Errorf("attempt %s is %s, not %s: %w", a.AttemptID, a.State, from, journal.ErrFailedPrecondition)
+	}
+	if from == journal.AttemptActive {
+		if err := a.Transition(journal.AttemptQuiescing); err != nil {
+			return SuspendResult{}, err
+		}
+		if err := journal.UpdateAttempt(tx, a); err != nil {
+			return SuspendResult{}, err
+		}
+		if err := event(tx, ci, a.Event(journal.EventAttemptState), map[string]any{"from": from, "to": a.State}); err != nil {
+			return SuspendResult{}, err
+		}
 	}
 	n, err := journal.GetNode(tx, a.NodeID)
 	if err != nil {
@@ -221,7 +319,7 @@ func commitSeal(tx journal.Tx, ci CallInfo, ids *journal.IDGen, req SuspendReque
 			return SuspendResult{}, err
 		}
 	}
-	from := a.State
+	quiesced := a.State
 	to := journal.AttemptSealed
 	if req.KeepRunning {
 		to = journal.AttemptActive
@@ -235,8 +333,16 @@ func commitSeal(tx journal.Tx, ci CallInfo, ids *journal.IDGen, req SuspendReque
 	}
 	ev := a.Event(journal.EventAttemptState)
 	ev.RootID = root
-	if err := event(tx, ci, ev, map[string]any{"from": from, "to": to, "result_node_id": out.NodeID}); err != nil {
+	if err := event(tx, ci, ev, map[string]any{"from": quiesced, "to": to, "result_node_id": out.NodeID}); err != nil {
 		return SuspendResult{}, err
+	}
+	if release {
+		if err := releaseInTx(tx, ci, a.AttemptID, journal.AttemptReleased, ""); err != nil {
+			return SuspendResult{}, err
+		}
+		if a, err = journal.GetAttempt(tx, a.AttemptID); err != nil {
+			return SuspendResult{}, err
+		}
 	}
 	return SuspendResult{Node: out, Attempt: AttemptView{Attempt: a}}, nil
 }
