@@ -288,7 +288,7 @@ func TestRegistry(t *testing.T) {
 		last = s.Order
 		names[s.Name] = true
 	}
-	for _, want := range []string{"graph", "import", "export", "fork", "activate", "seal", "breakdown", "io"} {
+	for _, want := range []string{"graph", "import", "export", "fork", "activate", "seal", "breakdown", "io", "wasi", "runc"} {
 		if !names[want] {
 			t.Errorf("scenario %s not registered", want)
 		}

@@ -211,7 +211,7 @@ func statWalk(dir string) (int, error) {
 			return err
 		}
 		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
+		if err := lstat(p, &st); err != nil {
 			return err
 		}
 		n++
@@ -220,10 +220,20 @@ func statWalk(dir string) (int, error) {
 	return n, err
 }
 
+// openRead opens p read-only, retrying on EINTR (see lstat).
+func openRead(p string) (int, error) {
+	for {
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
 // readAll reads the file at p sequentially with 1 MiB reads and returns
 // the bytes read.
 func readAll(p string, buf []byte) (int64, error) {
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := openRead(p)
 	if err != nil {
 		return 0, err
 	}

@@ -34,11 +34,14 @@
 //     with parallel unlinks, every mount under it and every child it
 //     started.
 //
-// Adding rows (runc_*.go, wasi_*.go and the GC owner): register a Scenario
-// from an init function, in this package or in package bench_test (then
-// qualify the names: bench.Register, *bench.Env, ...). Go benchmarks
-// (func BenchmarkX) in those files still run with go test -bench, but only
-// registered scenarios are rows of the table and of results.json.
+// Adding rows: register a Scenario from an init function, in this package
+// or in package bench_test (then qualify the names: bench.Register,
+// *bench.Env, ...), as scen_exec_test.go does for the runc and WASI rows:
+// their fixtures are test helpers, so they live in a test file and start a
+// private daemon with the executor (Env.StartDaemon's configure). Go
+// benchmarks (func BenchmarkX, runc_test.go) still run with go test
+// -bench, but only registered scenarios are rows of the table and of
+// results.json.
 //
 //	func init() {
 //		Register(Scenario{Name: "runc", Order: 70, Replaces: []string{"runc"}, Run: benchRunc})

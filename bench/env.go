@@ -143,14 +143,15 @@ type Daemon struct {
 
 // StartDaemon opens a Fabric in a fresh state dir under Dir and serves its
 // API on a socket there. With Config.SelfCommand the projection runs in a
-// child process, as esfd runs it. The daemon is torn down (attempts
-// released, projection stopped) when the current scenario ends.
-func (e *Env) StartDaemon(ctx context.Context, name string) (*Daemon, error) {
-	return e.startDaemon(ctx, name, len(e.cleanups)-1)
+// child process, as esfd runs it. configure, if given, edits the Fabric's
+// options first (an executor, a WASI runtime). The daemon is torn down
+// (attempts released, projection stopped) when the current scenario ends.
+func (e *Env) StartDaemon(ctx context.Context, name string, configure ...func(*fabric.Options)) (*Daemon, error) {
+	return e.startDaemon(ctx, name, len(e.cleanups)-1, configure...)
 }
 
 // startDaemon starts a daemon torn down with cleanup frame `frame`.
-func (e *Env) startDaemon(ctx context.Context, name string, frame int) (*Daemon, error) {
+func (e *Env) startDaemon(ctx context.Context, name string, frame int, configure ...func(*fabric.Options)) (*Daemon, error) {
 	e.seq++
 	dir := filepath.Join(e.Dir, fmt.Sprintf("d%d-%s", e.seq, name))
 	d := &Daemon{StateDir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "esfd.sock")}
@@ -170,6 +171,9 @@ func (e *Env) startDaemon(ctx context.Context, name string, frame int) (*Daemon,
 			opts.ProjectionCommand = append(opts.ProjectionCommand,
 				filepath.Join(e.cfg.ProfileDir, fmt.Sprintf("fuse-server-%s-%d.pprof", name, e.seq)))
 		}
+	}
+	for _, c := range configure {
+		c(&opts)
 	}
 	f, err := fabric.Open(ctx, opts)
 	if err != nil {

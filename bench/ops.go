@@ -117,6 +117,35 @@ func (o *Ops) Activate(ctx context.Context, node string) (attemptID, root string
 	return a.AttemptID, a.Root, nil
 }
 
+// ActivateAttempt starts an attempt as req says (any executor) and returns
+// it.
+func (o *Ops) ActivateAttempt(ctx context.Context, req fabric.ActivateRequest) (fabric.AttemptView, error) {
+	if o.viaFabric {
+		return o.f.Activate(ctx, req)
+	}
+	a, err := o.c.Activate(ctx, req, apiOpts)
+	if err != nil {
+		return fabric.AttemptView{}, err
+	}
+	return *a, nil
+}
+
+// Exec runs req in an attempt, discarding its output, and fails unless it
+// exits 0.
+func (o *Ops) Exec(ctx context.Context, req fabric.ExecRequest) error {
+	var res fabric.ExecResult
+	var err error
+	if o.viaFabric {
+		res, err = o.f.Exec(ctx, req, fabric.ExecStreams{Stdout: io.Discard, Stderr: io.Discard})
+	} else {
+		res, err = o.c.Exec(ctx, req, io.Discard, io.Discard)
+	}
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exec %v in %s: exit code %d", req.Args, req.AttemptID, res.ExitCode)
+	}
+	return err
+}
+
 // Suspend seals an attempt (and releases it) and returns the sealed node.
 func (o *Ops) Suspend(ctx context.Context, attemptID string) (string, error) {
 	return o.suspend(ctx, fabric.SuspendRequest{AttemptID: attemptID})

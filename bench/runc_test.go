@@ -39,12 +39,10 @@ var (
 	initErr  error
 )
 
-// runcFixture builds the init (once per process) and a busybox rootfs.
-func runcFixture(b *testing.B) (initPath, rootfs, dir string) {
-	b.Helper()
-	if err := runctest.Check(); err != nil {
-		b.Skip("runc benchmarks: " + err.Error())
-	}
+// sharedInit builds the executor's init once per process (into a
+// temporary directory that stays until the process ends: the benchmarks
+// of a run share it).
+func sharedInit() (string, error) {
 	initOnce.Do(func() {
 		d, err := os.MkdirTemp("", "esf-bench-init-")
 		if err != nil {
@@ -53,21 +51,39 @@ func runcFixture(b *testing.B) (initPath, rootfs, dir string) {
 		}
 		initBin, initErr = runctest.BuildInit(d)
 	})
-	if initErr != nil {
-		b.Fatal(initErr)
+	return initBin, initErr
+}
+
+// busyboxRootfs makes dir a busybox rootfs with the mountpoints runc needs,
+// so that runs do not create them.
+func busyboxRootfs(dir string) error {
+	if err := runctest.Busybox(dir); err != nil {
+		return err
+	}
+	for _, d := range []string{"proc", "dev", "sys", "run"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runcFixture builds the init (once per process) and a busybox rootfs.
+func runcFixture(b *testing.B) (initPath, rootfs, dir string) {
+	b.Helper()
+	if err := runctest.Check(); err != nil {
+		b.Skip("runc benchmarks: " + err.Error())
+	}
+	if _, err := sharedInit(); err != nil {
+		b.Fatal(err)
 	}
 	b.Cleanup(func() { runctest.RemoveCgroupParents("esf-bench") })
 	dir = b.TempDir()
 	rootfs = filepath.Join(dir, "rootfs")
-	if err := runctest.Busybox(rootfs); err != nil {
+	// The mountpoints keep the bare runs from creating them in the rootfs
+	// on every iteration; the executor's Stop removes its own anyway.
+	if err := busyboxRootfs(rootfs); err != nil {
 		b.Fatal(err)
-	}
-	// Keep the bare runs from creating mountpoints in the rootfs on every
-	// iteration; the executor's Stop removes its own anyway.
-	for _, d := range []string{"proc", "dev", "sys", "run"} {
-		if err := os.Mkdir(filepath.Join(rootfs, d), 0o755); err != nil {
-			b.Fatal(err)
-		}
 	}
 	return initBin, rootfs, dir
 }
@@ -89,25 +105,32 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // executor uses (namespaces, seccomp, masked paths), without its init.
 func bareBundle(b *testing.B, dir, rootfs string) string {
 	b.Helper()
+	bundle, err := writeBareBundle(dir, rootfs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bundle
+}
+
+// writeBareBundle is bareBundle for callers without a testing.B: it
+// returns the bundle directory, dir/bare-bundle.
+func writeBareBundle(dir, rootfs string) (string, error) {
 	ctx := namespaces.WithNamespace(context.Background(), "esf-bench")
 	s, err := oci.GenerateSpec(ctx, nil, &containers.Container{ID: "bare"},
 		oci.WithRootFSPath(rootfs), oci.WithProcessArgs("/bin/true"), oci.WithDefaultPathEnv,
 		oci.WithDefaultUnixDevices, oci.WithNoNewPrivileges, seccomp.WithDefaultProfile())
 	if err != nil {
-		b.Fatal(err)
+		return "", err
 	}
 	bundle := filepath.Join(dir, "bare-bundle")
 	if err := os.Mkdir(bundle, 0o700); err != nil {
-		b.Fatal(err)
+		return "", err
 	}
 	j, err := json.Marshal(s)
 	if err != nil {
-		b.Fatal(err)
+		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), j, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	return bundle
+	return bundle, os.WriteFile(filepath.Join(bundle, "config.json"), j, 0o600)
 }
 
 func execTrue(ctx context.Context, e *runc.Executor, id string) error {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/delta"
 )
 
 // Attempts: activate, rollback (activate an ancestor), release, and seal
@@ -19,9 +21,9 @@ func init() {
 }
 
 // overlayOpts are the overlay features esf's attempts mount with (see
-// delta.Layout); the plain-overlayfs baselines use the same, so that only
-// the lower layer differs.
-const overlayOpts = "redirect_dir=off,index=off,metacopy=off,xino=off"
+// delta.Options, volatile included); the plain-overlayfs baselines use the
+// same, so that only the lower layer differs.
+const overlayOpts = delta.Options
 
 // mountOverlay mounts an overlay of lower at a fresh directory under dir
 // and returns the mount point.
@@ -144,11 +146,12 @@ func benchActivate(ctx context.Context, e *Env) error {
 	path := d.Ops.Path("activate")
 	e.Add(Row{Name: fmt.Sprintf("activate a draft (root of %s files)", fmtCount(n)), Value: ad.P50, Unit: "ms", P90: ad.P90, N: ad.N, Samples: ad.Values,
 		Baseline: "mount(2) overlayfs on the projection", BaselineValue: ov.P50, Targets: []Target{AtMost(2)}, Path: path,
-		Note: "executor none; lease + journal commits + overlay mount on the FUSE projection (a child process)"})
+		Note: "executor none: one journal commit (attempt, lease, runtime record) with the overlay mount on the FUSE projection (a child process) made while it flushes"})
 	e.Add(Row{Name: fmt.Sprintf("rollback: activate an ancestor %d seals up", depth), Value: aa.P50, Unit: "ms", P90: aa.P90, N: aa.N, Samples: aa.Values,
 		Baseline: "activate a draft", BaselineValue: ad.P50, Targets: []Target{AtMost(2)}, Path: path})
 	e.Add(Row{Name: "release an attempt", Value: rel.P50, Unit: "ms", P90: rel.P90, N: rel.N, Samples: rel.Values,
-		Baseline: "umount(2) overlayfs", BaselineValue: um.P50, Path: d.Ops.Path("release")})
+		Baseline: "umount(2) overlayfs", BaselineValue: um.P50, Path: d.Ops.Path("release"),
+		Note: "unmount (volatile: no sync) and one journal commit; the delta is deleted after the reply"})
 	return nil
 }
 
@@ -226,7 +229,7 @@ func benchSeal(ctx context.Context, e *Env) error {
 	path := d.Ops.Path("suspend")
 	e.Add(Row{Name: "seal one 4 KiB change, root of 100 files", Value: s100.P50, Unit: "ms", P90: s100.P90, N: s100.N, Samples: s100.Values,
 		Baseline: "fdatasync", BaselineValue: fs.P50, Targets: []Target{AtMost(5)}, Path: path,
-		Note: "suspend with no executor, release included (what esfctl suspend waits for); the file is p000/d00/f00.txt, three trees deep"})
+		Note: "suspend with no executor, release included (what esfctl suspend waits for): a CAS batch (two syncfs) and one journal commit; the file is p000/d00/f00.txt, three trees deep"})
 	e.Add(Row{Name: fmt.Sprintf("seal one 4 KiB change, root of %s files", fmtCount(n)), Value: sN.P50, Unit: "ms", P90: sN.P90, N: sN.N, Samples: sN.Values,
 		Baseline: "seal, root of 100 files", BaselineValue: s100.P50, Targets: []Target{AtMost(5), RatioAtMost(1.5)}, Path: path})
 	e.Add(Row{Name: fmt.Sprintf("seal --keep-running, root of %s files", fmtCount(n)), Value: kr.P50, Unit: "ms", P90: kr.P90, N: kr.N, Samples: kr.Values,

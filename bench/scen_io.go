@@ -226,7 +226,7 @@ func benchIO(ctx context.Context, e *Env) error {
 			name: "random 4 KiB reads, warm", unit: "reads/s", scale: 1, reps: e.Size(15, 10), prepare: warm,
 			run: func(ctx context.Context, t ioTarget, rep int) (Measurement, error) {
 				rng := rand.New(rand.NewPCG(uint64(rep), 99))
-				fd, err := unix.Open(t.big, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+				fd, err := openRead(t.big)
 				if err != nil {
 					return Measurement{}, err
 				}
@@ -348,9 +348,20 @@ func benchIO(ctx context.Context, e *Env) error {
 func statAll(dir string, paths []string) error {
 	var st unix.Stat_t
 	for _, p := range paths {
-		if err := unix.Lstat(dir+"/"+p, &st); err != nil {
+		if err := lstat(dir+"/"+p, &st); err != nil {
 			return &fs.PathError{Op: "lstat", Path: dir + "/" + p, Err: err}
 		}
 	}
 	return nil
+}
+
+// lstat is unix.Lstat retried on EINTR, as package os does: a FUSE request
+// still queued when the calling thread gets a signal (the Go runtime's
+// preemption signal, say) fails with EINTR.
+func lstat(p string, st *unix.Stat_t) error {
+	for {
+		if err := unix.Lstat(p, st); err != unix.EINTR {
+			return err
+		}
+	}
 }

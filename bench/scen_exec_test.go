@@ -1,0 +1,277 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	gorunc "github.com/containerd/go-runc"
+
+	"github.com/esf-dev/esf/bench"
+	"github.com/esf-dev/esf/executor/runc"
+	"github.com/esf-dev/esf/executor/runc/runctest"
+	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/wasi"
+	"github.com/esf-dev/esf/wasi/wasitest"
+)
+
+// The executors as a user drives them: activate an attempt with executor
+// wasi or runc and run a first command, through the API of a daemon that
+// has the executor, against the executor (or runc) alone. These scenarios
+// live in a test file because their fixtures (the runc init, busybox, the
+// Go test guest) are test helpers; the rows are the suite's like any other.
+
+func init() {
+	bench.Register(bench.Scenario{Name: "wasi", Order: 70, Replaces: []string{"wasi"}, Run: benchWASI})
+	bench.Register(bench.Scenario{Name: "runc", Order: 75, Replaces: []string{"runc"}, Run: benchRunc})
+}
+
+// execDaemon starts a private daemon configured by configure with a group
+// rooted at an import of src.
+func execDaemon(ctx context.Context, e *bench.Env, name, src string, configure func(*fabric.Options)) (*bench.Daemon, string, error) {
+	d, err := e.StartDaemon(ctx, name, configure)
+	if err != nil {
+		return nil, "", err
+	}
+	imp, err := d.Ops.Import(ctx, src)
+	if err != nil {
+		return nil, "", err
+	}
+	g, err := d.Ops.CreateGroup(ctx, imp.RootID)
+	if err != nil {
+		return nil, "", err
+	}
+	return d, g.Node.NodeID, nil
+}
+
+// activateAndRun times an activation with executor and one command in it
+// (what a user waits for before the first result); the release that
+// follows is not timed.
+func activateAndRun(ctx context.Context, d *bench.Daemon, node, executor string, req fabric.ExecRequest) (bench.Measurement, error) {
+	var aid string
+	m, err := bench.Timed(1, func() error {
+		a, err := d.Ops.ActivateAttempt(ctx, fabric.ActivateRequest{NodeID: node, Executor: executor})
+		if err != nil {
+			return err
+		}
+		aid, req.AttemptID = a.AttemptID, a.AttemptID
+		return d.Ops.Exec(ctx, req)
+	})
+	if aid != "" {
+		err = errors.Join(err, d.Ops.Release(ctx, aid))
+	}
+	return m, err
+}
+
+// withNonce returns module with a custom section holding n appended: the
+// same program under another content id, which no compile cache knows.
+func withNonce(module []byte, n uint64) []byte {
+	name := "esf-bench-nonce"
+	var payload []byte
+	payload = binary.AppendUvarint(payload, uint64(len(name)))
+	payload = append(payload, name...)
+	payload = binary.LittleEndian.AppendUint64(payload, n)
+	out := append([]byte(nil), module...)
+	out = append(out, 0) // custom section
+	out = binary.AppendUvarint(out, uint64(len(payload)))
+	return append(out, payload...)
+}
+
+// buildGuest builds the Go test guest of package wasi (a Go runtime
+// starting up, as most real modules will).
+func buildGuest(ctx context.Context, dir string) ([]byte, error) {
+	out := filepath.Join(dir, "guest.wasm")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, wasitest.GuestPkg)
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build %s: %v: %s", wasitest.GuestPkg, err, b)
+	}
+	return os.ReadFile(out)
+}
+
+func benchWASI(ctx context.Context, e *bench.Env) error {
+	cache, err := e.Mkdir("wasi-cache")
+	if err != nil {
+		return err
+	}
+	wrt, err := wasi.New(ctx, wasi.Options{CacheDir: cache})
+	if err != nil {
+		return err
+	}
+	// Registered before the daemon, so it closes after it.
+	e.Cleanup(func() error { return wrt.Close(context.Background()) })
+	src, err := e.Mkdir("wasi-src")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(src, "input.txt"), []byte("input\n"), 0o644); err != nil {
+		return err
+	}
+	d, node, err := execDaemon(ctx, e, "wasi", src, func(o *fabric.Options) { o.WASI = wrt })
+	if err != nil {
+		return err
+	}
+	scratch, err := e.Mkdir("wasi-direct")
+	if err != nil {
+		return err
+	}
+	type module struct {
+		name     string
+		bin      []byte
+		args     []string
+		coldReps int
+		warmReps int
+	}
+	modules := []module{{name: "tiny module", bin: wasitest.ExitModule(0), args: []string{"tiny"},
+		coldReps: e.Size(10, 20), warmReps: e.Size(30, 60)}}
+	if guest, err := buildGuest(ctx, scratch); err != nil {
+		e.Add(bench.Row{Name: "wasi activate + run, Go module", Verdict: bench.VerdictSkip, Note: err.Error()})
+	} else {
+		modules = append(modules, module{name: "Go module", bin: guest, args: []string{"guest", "exit", "0"},
+			coldReps: e.Size(2, 3), warmReps: e.Size(20, 40)})
+	}
+	put := func(bin []byte) (string, error) {
+		info, _, err := d.Fabric.Store().Put(ctx, bytes.NewReader(bin))
+		return info.ID.String(), err
+	}
+	nonce := uint64(0)
+	for _, m := range modules {
+		id, err := put(m.bin)
+		if err != nil {
+			return err
+		}
+		run := func(module string) func(context.Context) (bench.Measurement, error) {
+			return func(ctx context.Context) (bench.Measurement, error) {
+				return activateAndRun(ctx, d, node, fabric.ExecutorWASI, fabric.ExecRequest{Module: module, Args: m.args})
+			}
+		}
+		direct := func(ctx context.Context) (bench.Measurement, error) {
+			return bench.Timed(1, func() error {
+				res, err := wrt.Run(ctx, wasi.Spec{Module: m.bin, Args: m.args, Root: scratch})
+				if err == nil && res.ExitCode != 0 {
+					err = fmt.Errorf("%s exited %d", m.name, res.ExitCode)
+				}
+				return err
+			})
+		}
+		cold := func(ctx context.Context) (bench.Measurement, error) {
+			nonce++
+			fresh, err := put(withNonce(m.bin, nonce))
+			if err != nil {
+				return bench.Measurement{}, err
+			}
+			return run(fresh)(ctx)
+		}
+		// The first run compiles: the warm rows start from a warm cache.
+		if _, err := run(id)(ctx); err != nil {
+			return err
+		}
+		ms, err := bench.Interleave(ctx, m.warmReps, run(id), direct)
+		if err != nil {
+			return err
+		}
+		warm, alone := bench.Latencies(ms[0]), bench.Latencies(ms[1])
+		path := d.Ops.Path("activate")
+		e.Add(bench.Row{Name: "wasi activate + run, warm cache (" + m.name + ")", Value: warm.P50, Unit: "ms", P90: warm.P90, N: warm.N, Samples: warm.Values,
+			Baseline: "wasi Run alone, warm", BaselineValue: alone.P50, Targets: []bench.Target{bench.AtMost(20)}, Path: path,
+			Note: "activate --executor wasi + exec of a module stored in the CAS (compiled before), through the API; the release after it is not timed"})
+		ms, err = bench.Interleave(ctx, m.coldReps, cold)
+		if err != nil {
+			return err
+		}
+		c := bench.Latencies(ms[0])
+		e.Add(bench.Row{Name: "wasi activate + run, cold cache (" + m.name + ")", Value: c.P50, Unit: "ms", P90: c.P90, N: c.N, Samples: c.Values,
+			Baseline: "warm cache", BaselineValue: warm.P50, Path: path,
+			Note: "the module made new each time (a custom section with a nonce), so it is compiled first"})
+	}
+	return nil
+}
+
+func benchRunc(ctx context.Context, e *bench.Env) error {
+	const rowName = "runc activate + first exec"
+	if err := runctest.Check(); err != nil {
+		e.Add(bench.Row{Name: rowName, Verdict: bench.VerdictSkip, Note: err.Error()})
+		return nil
+	}
+	initPath, err := sharedInit()
+	if err != nil {
+		return err
+	}
+	dir, err := e.Mkdir("runc")
+	if err != nil {
+		return err
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := busyboxRootfs(rootfs); err != nil {
+		return err
+	}
+	ex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc-state"), Init: initPath, Namespace: "esf-bench"})
+	if err != nil {
+		return err
+	}
+	e.Cleanup(func() error { runctest.RemoveCgroupParents("esf-bench"); return nil })
+	d, node, err := execDaemon(ctx, e, "runc", rootfs, func(o *fabric.Options) { o.Executor = ex })
+	if err != nil {
+		return err
+	}
+	bundle, err := writeBareBundle(dir, rootfs)
+	if err != nil {
+		return err
+	}
+	bare := &gorunc.Runc{Root: filepath.Join(dir, "bare-root")}
+	seq := 0
+	bareRun := func(ctx context.Context) (bench.Measurement, error) {
+		seq++
+		return bench.Timed(1, func() error {
+			status, err := bare.Run(ctx, fmt.Sprintf("bare-%d", seq), bundle, &gorunc.CreateOpts{})
+			if err == nil && status != 0 {
+				err = fmt.Errorf("runc run: exit %d", status)
+			}
+			return err
+		})
+	}
+	first := func(ctx context.Context) (bench.Measurement, error) {
+		return activateAndRun(ctx, d, node, fabric.ExecutorRunc, fabric.ExecRequest{Args: []string{"true"}})
+	}
+	if _, err := bench.Interleave(ctx, 1, first, bareRun); err != nil { // warm-up
+		return err
+	}
+	ms, err := bench.Interleave(ctx, e.Size(5, 10), first, bareRun)
+	if err != nil {
+		return err
+	}
+	act, run := bench.Latencies(ms[0]), bench.Latencies(ms[1])
+	path := d.Ops.Path("activate")
+	e.Add(bench.Row{Name: rowName, Value: act.P50, Unit: "ms", P90: act.P90, N: act.N, Samples: act.Values,
+		Baseline: "bare runc run", BaselineValue: run.P50, Targets: []bench.Target{bench.RatioAtMost(1.3)}, Path: path,
+		Note: "activate --executor runc (overlay + runc run of the init, detached) + exec true through the API, busybox rootfs; baseline: runc run of true in the same rootfs and default spec"})
+
+	// Exec round trip in one running container.
+	a, err := d.Ops.ActivateAttempt(ctx, fabric.ActivateRequest{NodeID: node, Executor: fabric.ExecutorRunc})
+	if err != nil {
+		return err
+	}
+	e.Cleanup(func() error { return d.Ops.Release(context.Background(), a.AttemptID) })
+	viaAPI := func(ctx context.Context) (bench.Measurement, error) {
+		return bench.Timed(1, func() error {
+			return d.Ops.Exec(ctx, fabric.ExecRequest{AttemptID: a.AttemptID, Args: []string{"true"}})
+		})
+	}
+	direct := func(ctx context.Context) (bench.Measurement, error) {
+		return bench.Timed(1, func() error { return execTrue(ctx, ex, a.AttemptID) })
+	}
+	ms, err = bench.Interleave(ctx, e.Size(10, 30), viaAPI, direct)
+	if err != nil {
+		return err
+	}
+	api, alone := bench.Latencies(ms[0]), bench.Latencies(ms[1])
+	e.Add(bench.Row{Name: "runc exec round trip", Value: api.P50, Unit: "ms", P90: api.P90, N: api.N, Samples: api.Values,
+		Baseline: "the executor's Exec alone", BaselineValue: alone.P50, Path: d.Ops.Path("exec"),
+		Note: "exec true in a running attempt: runc exec through the init, output streamed back"})
+	return nil
+}
