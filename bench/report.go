@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -73,32 +74,17 @@ func probeMachine(root string, quick bool) Machine {
 // fsOf returns the type and options of the file system holding dir (the
 // mount with the longest mount point that is a prefix of dir).
 func fsOf(dir string) (fstype, opts string) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(mountinfo.ParentsFilter(dir))
 	if err != nil {
 		return "", ""
 	}
 	best := -1
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 {
-			continue
-		}
-		mp := unescapeOctal(f[4])
-		if mp != "/" && mp != dir && !strings.HasPrefix(dir, mp+"/") {
-			continue
-		}
-		if len(mp) <= best {
-			continue
-		}
-		for i := 6; i < len(f)-2; i++ {
-			if f[i] == "-" {
-				best = len(mp)
-				fstype = f[i+1]
-				opts = f[5]
-				if i+3 < len(f) {
-					opts += "," + f[i+3]
-				}
-				break
+	for _, in := range infos {
+		if len(in.Mountpoint) > best {
+			best = len(in.Mountpoint)
+			fstype, opts = in.FSType, in.Options
+			if in.VFSOptions != "" {
+				opts += "," + in.VFSOptions
 			}
 		}
 	}

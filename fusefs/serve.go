@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -209,25 +210,23 @@ func MountType(dir string) (string, bool) { return mountType(dir) }
 // (same device), other than mnt itself.
 func Binds(mnt string) []string {
 	abs, _ := filepath.Abs(mnt)
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(nil)
 	if err != nil {
 		return nil
 	}
-	lines := strings.Split(string(b), "\n")
-	dev := ""
-	for _, line := range lines {
-		if f := strings.Fields(line); len(f) > 4 && unescapeMount(f[4]) == abs {
-			dev = f[2]
+	major, minor, found := 0, 0, false
+	for _, in := range infos {
+		if in.Mountpoint == abs {
+			major, minor, found = in.Major, in.Minor, true
 		}
 	}
-	if dev == "" {
+	if !found {
 		return nil
 	}
 	var out []string
-	for _, line := range lines {
-		f := strings.Fields(line)
-		if len(f) > 4 && f[2] == dev && unescapeMount(f[4]) != abs {
-			out = append(out, unescapeMount(f[4]))
+	for _, in := range infos {
+		if in.Major == major && in.Minor == minor && in.Mountpoint != abs {
+			out = append(out, in.Mountpoint)
 		}
 	}
 	return out
@@ -239,43 +238,13 @@ func mountType(dir string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) {
+		return in.Mountpoint != abs, false
+	})
+	if err != nil || len(infos) == 0 {
 		return "", false
 	}
-	found := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		// id parent maj:min root mountpoint opts... - fstype source superopts
-		f := strings.Fields(line)
-		if len(f) < 10 || unescapeMount(f[4]) != abs {
-			continue
-		}
-		for i := 6; i < len(f)-1; i++ {
-			if f[i] == "-" {
-				found = f[i+1] // the last mount at a path is the visible one
-				break
-			}
-		}
-	}
-	return found, found != ""
-}
-
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return infos[len(infos)-1].FSType, true // the last mount at a path is the visible one
 }
 
 // Alive reports whether the server still answers on its mount.
