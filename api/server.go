@@ -17,6 +17,7 @@ import (
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/internal/randid"
 )
 
 // ServerOptions configures NewServer.
@@ -109,7 +110,7 @@ func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
 				// and returned, so that even a caller that sent none can
 				// retry a reply it lost.
 				if key == "" {
-					key = "api-" + randomHex(16)
+					key = "api-" + randid.Hex(16)
 				}
 				ci.IdempotencyKey = key
 				rec.Header().Set(HeaderIdempotencyKey, key)

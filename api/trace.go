@@ -1,9 +1,9 @@
 package api
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"strings"
+
+	"github.com/esf-dev/esf/internal/randid"
 )
 
 // traceContext is the part of a W3C traceparent the daemon keeps: the trace
@@ -24,11 +24,11 @@ func (t traceContext) String() string {
 // request under it. A missing or malformed header starts a new trace, as the
 // W3C spec asks ("restart the trace"), rather than failing the request.
 func parseTraceparent(h string) traceContext {
-	tc := traceContext{SpanID: randomHex(8), Flags: "00"}
+	tc := traceContext{SpanID: randid.Hex(8), Flags: "00"}
 	if trace, flags, ok := splitTraceparent(strings.TrimSpace(h)); ok {
 		tc.TraceID, tc.Flags = trace, flags
 	} else {
-		tc.TraceID = randomHex(16)
+		tc.TraceID = randid.Hex(16)
 	}
 	return tc
 }
@@ -69,13 +69,3 @@ func isHex(s string) bool {
 }
 
 func allZero(s string) bool { return strings.Trim(s, "0") == "" }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	for {
-		rand.Read(b) // never fails (crypto/rand panics rather than return an error)
-		if s := hex.EncodeToString(b); !allZero(s) {
-			return s
-		}
-	}
-}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/internal/randid"
 	"github.com/esf-dev/esf/journal"
 	"github.com/esf-dev/esf/journal/failpoint"
 )
@@ -77,13 +78,13 @@ func (f *Fabric) mutate(ctx context.Context, op string, req any, out any, fn fun
 func (f *Fabric) callInfo(ctx context.Context) CallInfo {
 	ci, _ := CallInfoFrom(ctx)
 	if ci.IdempotencyKey == "" {
-		ci.IdempotencyKey = "gen-" + randomHex(16)
+		ci.IdempotencyKey = "gen-" + randid.Hex(16)
 	}
 	if ci.TraceID == "" {
-		ci.TraceID = randomHex(16)
+		ci.TraceID = randid.Hex(16)
 	}
 	if ci.SpanID == "" {
-		ci.SpanID = randomHex(8)
+		ci.SpanID = randid.Hex(8)
 	}
 	return ci
 }

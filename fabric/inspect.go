@@ -2,8 +2,6 @@ package fabric
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/esf-dev/esf/journal"
@@ -190,10 +188,4 @@ func (f *Fabric) Tree(ctx context.Context, groupID string) (TreeView, error) {
 		return TreeView{}, fmt.Errorf("tree: %w", err)
 	}
 	return out, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }

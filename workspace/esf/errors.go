@@ -2,12 +2,11 @@ package esf
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 
 	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/internal/randid"
 	"github.com/esf-dev/esf/workspace"
 )
 
@@ -94,12 +93,6 @@ func isStateClass(err error) bool {
 	return errors.Is(err, workspace.ErrClosed) || errors.Is(err, workspace.ErrPaused) || errors.Is(err, workspace.ErrNotFound)
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // newKey makes an idempotency key for one mutation, kept so that cleanup
 // can replay it.
-func newKey(op string) string { return "esf-ws-" + op + "-" + randomHex(12) }
+func newKey(op string) string { return "esf-ws-" + op + "-" + randid.Hex(12) }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/esf-dev/esf/internal/randid"
 	"github.com/esf-dev/esf/internal/rootfs"
 	"github.com/esf-dev/esf/vfs"
 	"github.com/esf-dev/esf/workspace"
@@ -179,7 +180,7 @@ func (r *rootFS) writeFile(ctx context.Context, p string, src io.Reader) error {
 	case err != nil && !errors.Is(err, unix.ENOENT):
 		return err
 	}
-	tmp := ".esf-upload-" + randomHex(8)
+	tmp := ".esf-upload-" + randid.Hex(8)
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return err
