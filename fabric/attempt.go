@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/esf-dev/esf/delta"
@@ -220,17 +222,19 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		}
 		return AttemptView{}, err
 	}
-	// A replay returns the first result: act on the attempt as it is now.
-	// The attempt the early mount was made for is not a replay's: its
-	// result is current.
-	cur := av
-	if pre == nil || a.AttemptID != pre.attemptID {
-		if cur, err = f.attemptView(ctx, a.AttemptID); err != nil {
-			if admitted {
-				f.quota.unreserve(mem)
-			}
-			return AttemptView{}, err
+	// A replay returns the first result: act on the attempt as it is now,
+	// read under the attempt's lock, which a failure or release holds from
+	// its unmount to its commit: a replay racing one must not mount (or
+	// start a container in) an attempt that is ending. (Not even the
+	// early mount's attempt is sure to be current: a replay may have
+	// failed it already.)
+	defer f.lockAttempt(a.AttemptID)()
+	cur, err := f.attemptView(ctx, a.AttemptID)
+	if err != nil {
+		if admitted {
+			f.quota.unreserve(mem)
 		}
+		return AttemptView{}, err
 	}
 	switch {
 	case cur.State == journal.AttemptQueued:
@@ -264,11 +268,11 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		err = f.ensureMounted(ctx, a, req.Root)
 	}
 	if err != nil {
-		f.failAttempt(context.WithoutCancel(ctx), a.AttemptID, err)
+		f.failAttemptLocked(context.WithoutCancel(ctx), a.AttemptID, err)
 		return AttemptView{}, fmt.Errorf("activate: %w", err)
 	}
 	if err := f.startContainer(ctx, a); err != nil {
-		f.failAttempt(context.WithoutCancel(ctx), a.AttemptID, err)
+		f.failAttemptLocked(context.WithoutCancel(ctx), a.AttemptID, err)
 		return AttemptView{}, fmt.Errorf("activate: %w", err)
 	}
 	if !recorded && a.Executor != ExecutorRunc {
@@ -480,6 +484,9 @@ func (f *Fabric) Release(ctx context.Context, req ReleaseRequest) (AttemptView, 
 	if err := journal.CheckID(journal.KindAttempt, req.AttemptID); err != nil {
 		return AttemptView{}, fmt.Errorf("release: %w", err)
 	}
+	// Held from the unmount to the deletion: an activation's replay
+	// must not mount the root again in between.
+	defer f.lockAttempt(req.AttemptID)()
 	a, err := f.attemptView(ctx, req.AttemptID)
 	if err != nil {
 		return AttemptView{}, fmt.Errorf("release: %w", err)
@@ -557,6 +564,7 @@ func releaseInTx(tx journal.Tx, ci CallInfo, attemptID string, to journal.Attemp
 
 // removeDelta unmounts an attempt's root and deletes its private delta.
 func (f *Fabric) removeDelta(a journal.Attempt, rt *journal.AttemptRuntime) error {
+	defer f.lockAttempt(a.AttemptID)()
 	if err := f.unmountAttempt(a, rt); err != nil {
 		return err
 	}
@@ -619,9 +627,10 @@ const reapQueue = 256
 
 func (f *Fabric) removeAttemptDir(attemptID string) {
 	dir := f.attemptDir(attemptID)
-	if delta.Mounted(filepath.Join(dir, "root")) {
-		// Deleting would reach into the mounted root; Recover unmounts
-		// and deletes it.
+	// Deleting would reach into the mounted root, or pull the upper
+	// directory from under an overlay mounted elsewhere (a custom root);
+	// Recover unmounts and deletes it.
+	if delta.Mounted(filepath.Join(dir, "root")) || upperInUse(filepath.Join(dir, "delta")) {
 		f.log.Warn("delete delta: root still mounted", "attempt_id", attemptID)
 		return
 	}
@@ -645,11 +654,78 @@ func (f *Fabric) isReplay(ctx context.Context, op string, req any) bool {
 	return found
 }
 
+// upperInUse reports whether an overlay is mounted, anywhere, with its
+// upper directory in the delta directory dir: mountinfo lists the overlay's
+// options, and mountpoints outside the attempt's directory (a custom root)
+// are found only there. On a read error it answers yes: a delta kept too
+// long is swept by Recover, one deleted under a live mount is lost.
+func upperInUse(dir string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return true
+	}
+	opt := "upperdir=" + delta.Layout{Dir: dir}.Upper()
+	for line := range strings.Lines(string(b)) {
+		for i := 0; ; {
+			j := strings.Index(line[i:], opt)
+			if j < 0 {
+				break
+			}
+			i += j + len(opt)
+			if i == len(line) || strings.ContainsRune(", \n", rune(line[i])) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// attemptLock is one attempt's entry in Fabric.attemptLocks; it lives
+// while someone holds or waits for it.
+type attemptLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lockAttempt locks attempt id and returns its unlock. Not reentrant.
+func (f *Fabric) lockAttempt(id string) (unlock func()) {
+	f.attemptLocksMu.Lock()
+	l := f.attemptLocks[id]
+	if l == nil {
+		l = &attemptLock{}
+		f.attemptLocks[id] = l
+	}
+	l.refs++
+	f.attemptLocksMu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		f.attemptLocksMu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(f.attemptLocks, id)
+		}
+		f.attemptLocksMu.Unlock()
+	}
+}
+
+// testHookFailUnmounted, if set (by tests), runs in failAttempt between
+// the unmount and the commit that ends the attempt.
+var testHookFailUnmounted func(attemptID string)
+
 // failAttempt records that a live attempt failed and cleans its delta.
 func (f *Fabric) failAttempt(ctx context.Context, attemptID string, cause error) {
+	defer f.lockAttempt(attemptID)()
+	f.failAttemptLocked(ctx, attemptID, cause)
+}
+
+// failAttemptLocked is failAttempt with the attempt's lock held.
+func (f *Fabric) failAttemptLocked(ctx context.Context, attemptID string, cause error) {
 	a, err := f.attemptView(ctx, attemptID)
 	if err == nil {
 		err = f.unmountAttempt(a.Attempt, a.Runtime)
+	}
+	if err == nil && testHookFailUnmounted != nil {
+		testHookFailUnmounted(attemptID)
 	}
 	if err == nil {
 		err = f.journal.Update(ctx, func(tx journal.Tx) error {

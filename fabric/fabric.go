@@ -113,6 +113,12 @@ type Fabric struct {
 	now        func() time.Time
 	// mountMu serialises mounting and unmounting attempt roots.
 	mountMu sync.Mutex
+	// attemptLocks serialise, per attempt id, what acts on an attempt's
+	// mount and container outside a journal transaction: an activation's
+	// mount and container start (its replays' too) against a failure's,
+	// release's or seal's unmount, commit and deletion (lockAttempt).
+	attemptLocksMu sync.Mutex
+	attemptLocks   map[string]*attemptLock
 	// sealing holds the attempts a Suspend of this process is sealing:
 	// the claim that keeps a second seal or a release off them (an
 	// attempt without an executor is quiescing only in memory until its
@@ -168,11 +174,12 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		return nil, err
 	}
 	f := &Fabric{
-		opts:     opts,
-		log:      opts.Logger,
-		stateDir: stateDir,
-		tmpDir:   filepath.Join(stateDir, "tmp"),
-		lock:     lock,
+		attemptLocks: map[string]*attemptLock{},
+		opts:         opts,
+		log:          opts.Logger,
+		stateDir:     stateDir,
+		tmpDir:       filepath.Join(stateDir, "tmp"),
+		lock:         lock,
 	}
 	fail := func(err error) (*Fabric, error) {
 		lock.Close()

@@ -177,7 +177,11 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	// after the commit instead, as a runc attempt's is (its container must
 	// stop first, which cannot be undone).
 	release := false
+	// From the unmount to the commit (or the mount again), an activation
+	// replay must not mount this attempt: hold its lock (lockAttempt).
+	unlockAttempt := func() {}
 	if err == nil && !req.KeepRunning && a.Executor == ExecutorNone {
+		unlockAttempt = f.lockAttempt(a.AttemptID)
 		if err = failpoint.Inject(fpSealReleased); err == nil {
 			if uerr := f.unmountAttempt(a.Attempt, a.Runtime); uerr == nil {
 				release = true
@@ -200,9 +204,10 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 		if v, verr := f.attemptView(context.WithoutCancel(ctx), a.AttemptID); release && verr == nil && v.State == journal.AttemptActive {
 			if merr := f.ensureMounted(context.WithoutCancel(ctx), a.Attempt, ""); merr != nil {
 				f.log.Error("mount again after a failed seal", "attempt_id", a.AttemptID, "err", merr)
-				f.failAttempt(context.WithoutCancel(ctx), a.AttemptID, merr)
+				f.failAttemptLocked(context.WithoutCancel(ctx), a.AttemptID, merr)
 			}
 		}
+		unlockAttempt()
 		unquiesce()
 		return SuspendResult{}, fmt.Errorf("suspend: %w", err)
 	}
@@ -211,9 +216,11 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	if release {
 		// Released in the commit: what the result says is current.
 		f.deleteDelta(a.AttemptID)
+		unlockAttempt()
 		f.attemptEnded(ctx, a.AttemptID)
 		return res, nil
 	}
+	unlockAttempt()
 	return res, f.finishSuspend(ctx, &res, req.KeepRunning)
 }
 
@@ -369,6 +376,7 @@ func (f *Fabric) finishSuspend(ctx context.Context, res *SuspendResult, keepRunn
 
 // releaseSealed unmounts a sealed attempt and marks it released.
 func (f *Fabric) releaseSealed(ctx context.Context, attemptID string) error {
+	defer f.lockAttempt(attemptID)()
 	a, err := f.attemptView(ctx, attemptID)
 	if err != nil {
 		return err
