@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/journal"
@@ -660,24 +662,19 @@ func (f *Fabric) isReplay(ctx context.Context, op string, req any) bool {
 // are found only there. On a read error it answers yes: a delta kept too
 // long is swept by Recover, one deleted under a live mount is lost.
 func upperInUse(dir string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return true
-	}
 	opt := "upperdir=" + delta.Layout{Dir: dir}.Upper()
-	for line := range strings.Lines(string(b)) {
-		for i := 0; ; {
-			j := strings.Index(line[i:], opt)
-			if j < 0 {
-				break
-			}
-			i += j + len(opt)
-			if i == len(line) || strings.ContainsRune(", \n", rune(line[i])) {
-				return true
+	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) {
+		if in.FSType != "overlay" {
+			return true, false
+		}
+		for o := range strings.SplitSeq(in.VFSOptions, ",") {
+			if o == opt {
+				return false, true
 			}
 		}
-	}
-	return false
+		return true, false
+	})
+	return err != nil || len(infos) > 0
 }
 
 // attemptLock is one attempt's entry in Fabric.attemptLocks; it lives
