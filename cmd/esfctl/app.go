@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/esf-dev/esf/api"
 	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/internal/randid"
 )
 
 const defaultSocket = "/var/lib/esf/esfd.sock"
@@ -278,9 +277,7 @@ func idempotencyKeyFlag() cli.Flag {
 func (a *app) callOptions(cmd *cli.Command) api.CallOptions {
 	key := cmd.String("idempotency-key")
 	if key == "" {
-		b := make([]byte, 16)
-		rand.Read(b)
-		key = "esfctl-" + hex.EncodeToString(b)
+		key = "esfctl-" + randid.Hex(16)
 		a.genKey = key
 	}
 	return api.CallOptions{IdempotencyKey: key}
