@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/esf-dev/esf/executor/initproto"
 )
 
 // prSetChildSubreaper is PR_SET_CHILD_SUBREAPER of prctl(2); syscall has
@@ -11,6 +13,10 @@ import (
 const prSetChildSubreaper = 36
 
 func main() {
+	if len(os.Args) > 0 && os.Args[0] == initproto.Trampoline {
+		trampoline(os.Args[1:])
+		return
+	}
 	// Subscribe before anything can exit: a SIGCHLD lost between reap and
 	// Notify would leave a zombie until the next one.
 	sigs := make(chan os.Signal, 8)
@@ -18,18 +24,24 @@ func main() {
 	if os.Getpid() != 1 {
 		syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0)
 	}
-	reap()
+	var a *agent
+	if ln := inheritedListener(); ln != nil {
+		a = newAgent(ln)
+		go a.serve()
+	}
+	a.reap()
 	for s := range sigs {
-		reap()
+		a.reap()
 		if s != syscall.SIGCHLD {
 			os.Exit(0)
 		}
 	}
 }
 
-// reap waits for every child that has exited. Signals coalesce, so one
-// SIGCHLD may stand for many exits: loop until none is left.
-func reap() {
+// reapAll waits for every child that has exited and hands each pid and
+// status to exited (which may be nil). Signals coalesce, so one SIGCHLD
+// may stand for many exits: loop until none is left.
+func reapAll(exited func(pid int, ws syscall.WaitStatus)) {
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
@@ -38,6 +50,9 @@ func reap() {
 		}
 		if pid <= 0 || err != nil {
 			return
+		}
+		if exited != nil {
+			exited(pid, ws)
 		}
 	}
 }

@@ -42,13 +42,13 @@ func TestReap(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	reap()
+	reapAll(nil)
 	for _, pid := range pids {
 		if s := state(pid); s != 0 {
 			t.Errorf("child %d still in state %c after reap", pid, s)
 		}
 	}
-	reap() // nothing left: returns at once
+	reapAll(nil) // nothing left: returns at once
 }
 
 // TestSIGTERM: the built binary stays up until SIGTERM, then exits 0.
@@ -56,13 +56,7 @@ func TestSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "init")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Skipf("go build: %v: %s", err, out)
-	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(buildInit(t))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,4 +80,16 @@ func TestSIGTERM(t *testing.T) {
 		<-done
 		t.Fatal("init ignored SIGTERM")
 	}
+}
+
+// buildInit builds the binary into a temporary directory.
+func buildInit(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "init")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Skipf("go build: %v: %s", err, out)
+	}
+	return bin
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +58,14 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 		}
 		return nil, fmt.Errorf("exec %s: %w", id, err)
 	}
+	var initUser specs.User
+	if cs.Process != nil {
+		initUser = cs.Process.User
+	}
+	var cgroupsPath string
+	if cs.Linux != nil {
+		cgroupsPath = cs.Linux.CgroupsPath
+	}
 	proc, err := e.processSpec(ctx, id, &cs, x)
 	if err != nil {
 		return nil, fmt.Errorf("exec %s: %w", id, err)
@@ -81,6 +90,23 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 	}()
 	if err := p.setupIO(x, proc.User); err != nil {
 		return nil, fmt.Errorf("exec %s: %w", id, err)
+	}
+	if !e.noAgent && viaAgent(initUser, proc) {
+		started, err := p.startAgent(ctx, cgroupsPath, proc)
+		if err != nil {
+			return nil, fmt.Errorf("exec %s: %w", id, err)
+		}
+		if started {
+			p.startPumps(x)
+			go p.awaitAgentExit()
+			go p.watch(ctx)
+			return p, nil
+		}
+		if p.io == nil {
+			if err := p.setupIO(x, proc.User); err != nil {
+				return nil, fmt.Errorf("exec %s: %w", id, err)
+			}
+		}
 	}
 
 	logPath := filepath.Join(dir, "runc.log")
@@ -141,6 +167,10 @@ type process struct {
 	pumps sync.WaitGroup
 	pid   int
 
+	// conn is the init's connection of an exec it started (agent.go),
+	// nil for runc exec.
+	conn *net.UnixConn
+
 	// runcPidfd names the runc exec process, for SIGWINCH and, as a last
 	// resort, SIGKILL; -1 if it could not be opened.
 	runcPidfd int
@@ -194,6 +224,12 @@ func (p *process) setupPTY(x executor.ExecSpec) error {
 		return fmt.Errorf("open pty: %w", err)
 	}
 	p.con = con
+	// runc makes its terminal raw too, but only once the process runs:
+	// output written before that would pass the line discipline twice
+	// (\r\r\n). Termios is the pair's, so the master can set it.
+	if err := con.SetRaw(); err != nil {
+		return fmt.Errorf("pty raw mode: %w", err)
+	}
 	if x.Size.Rows > 0 && x.Size.Cols > 0 {
 		if err := con.Resize(console.WinSize{Height: x.Size.Rows, Width: x.Size.Cols}); err != nil {
 			return fmt.Errorf("pty size: %w", err)
@@ -348,8 +384,13 @@ func (p *process) watch(ctx context.Context) {
 	select {
 	case <-p.runcDone:
 	case <-time.After(killGrace):
-		// A daemon that escaped the tree holds runc's pipes open.
+		// A daemon that escaped the tree holds the pipes open: runc's,
+		// which it copies from, or ours, which an exec of the init's
+		// writes to directly.
 		p.signalRunc(unix.SIGKILL)
+		for _, f := range p.outs {
+			f.SetReadDeadline(time.Now())
+		}
 	}
 }
 
@@ -429,6 +470,9 @@ func (p *process) release() {
 	if p.runcPidfd >= 0 {
 		unix.Close(p.runcPidfd)
 		p.runcPidfd = -1
+	}
+	if p.conn != nil {
+		p.conn.Close()
 	}
 	p.mu.Unlock()
 	os.RemoveAll(p.dir)
@@ -518,13 +562,21 @@ func (s *stdio) Stderr() io.ReadCloser {
 }
 
 func (s *stdio) Set(cmd *exec.Cmd) {
-	f := func(i int) *os.File {
-		if s.child[i] != nil {
-			return s.child[i]
+	f := s.files()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = f[0], f[1], f[2]
+}
+
+// files are the process's stdin, stdout and stderr: the child ends, or
+// /dev/null.
+func (s *stdio) files() [3]*os.File {
+	var f [3]*os.File
+	for i, c := range s.child {
+		f[i] = c
+		if c == nil {
+			f[i] = s.null
 		}
-		return s.null
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = f(0), f(1), f(2)
+	return f
 }
 
 // CloseAfterStart closes runc's ends: runc has its copies.

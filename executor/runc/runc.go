@@ -97,6 +97,9 @@ type Executor struct {
 
 	mu    sync.Mutex
 	locks map[string]*idLock
+
+	// noAgent makes every exec use runc exec (tests compare the two).
+	noAgent bool
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -235,9 +238,16 @@ func (e *Executor) Start(ctx context.Context, id string, spec executor.Spec) (er
 	logPath := filepath.Join(bundle, "runc.log")
 	rc := e.rc
 	rc.Log, rc.LogFormat = logPath, gorunc.JSON
+	// The init serves execs on this socket (agent.go); after runc has
+	// handed it over, the init holds the only copy.
+	ln, err := listenAgent(bundle)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	defer ln.Close()
 	cctx, cancel := e.command(ctx)
 	defer cancel()
-	if _, err := rc.Run(cctx, id, bundle, &gorunc.CreateOpts{Detach: true}); err != nil {
+	if _, err := rc.Run(cctx, id, bundle, &gorunc.CreateOpts{Detach: true, ExtraFiles: []*os.File{ln}}); err != nil {
 		// The spec was checked; what runc refuses now is the host's doing.
 		return fmt.Errorf("start %s: runc run: %s", id, runcMessage(logPath, err))
 	}
