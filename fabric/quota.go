@@ -154,6 +154,9 @@ func (f *Fabric) attemptEnded(ctx context.Context, id string) {
 // startQueued activates a queued attempt that was granted capacity: it
 // takes its lease and mounts its root.
 func (f *Fabric) startQueued(ctx context.Context, id string) {
+	// As in Activate: mount and start under the attempt's lock, which a
+	// failure, release or seal holds from its unmount to its commit.
+	defer f.lockAttempt(id)()
 	var a journal.Attempt
 	err := f.journal.Update(ctx, func(tx journal.Tx) error {
 		var err error
@@ -182,7 +185,7 @@ func (f *Fabric) startQueued(ctx context.Context, id string) {
 	}
 	if err != nil {
 		f.log.Error("start queued attempt", "attempt_id", id, "err", err)
-		f.failAttempt(ctx, id, err)
+		f.failAttemptLocked(ctx, id, err)
 	}
 }
 
