@@ -108,14 +108,12 @@ func (s *Server) createGroup(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
+	var res fabric.CreateGroupResult
 	if req.RootID == "" {
-		imp, err := s.f.Import(ctx, fabric.ImportSource{Path: req.Source})
-		if err != nil {
-			return fmt.Errorf("create group: %w", err)
-		}
-		req.RootID = imp.Root.String()
+		res, err = s.f.CreateGroupFrom(ctx, fabric.ImportSource{Path: req.Source}, req)
+	} else {
+		res, err = s.f.CreateGroup(ctx, req)
 	}
-	res, err := s.f.CreateGroup(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -228,9 +228,15 @@ type ImportSource struct {
 // already stored writes nothing (Result.NewObjects is 0).
 func (f *Fabric) Import(ctx context.Context, src ImportSource) (ingest.Result, error) {
 	// A GC session for the import itself; the root it returns is pinned
-	// only once a group names it (group create --from SRC does both).
+	// only once a group names it (CreateGroupFrom does both in one
+	// session; CreateGroup of the root later checks it is still whole).
 	leave := f.store.Enter()
 	defer leave()
+	return f.importInSession(ctx, src)
+}
+
+// importInSession is Import inside the caller's GC session.
+func (f *Fabric) importInSession(ctx context.Context, src ImportSource) (ingest.Result, error) {
 	opts := ingest.Options{Logger: f.log.With("op", "import"), TempDir: f.tmpDir}
 	switch {
 	case src.Path != "" && src.Tar != nil:

@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -152,5 +154,64 @@ func TestFR06_GCNeverLosesALeasedRoot(t *testing.T) {
 	}
 	if fsck, err := f.Fsck(ctx); err != nil || len(fsck.Bad) != 0 {
 		t.Fatalf("fsck: %+v %v", fsck, err)
+	}
+}
+
+// TestCreateGroupChecksTheRootIsWhole: a root id from an import is not
+// pinned until a group names it. CreateGroup of such a root refuses one a
+// collection took (all of it, or part of it, as an interrupted sweep
+// leaves it) instead of committing a node whose content is gone, and
+// accepts it whole; a live node's root needs no check.
+func TestCreateGroupChecksTheRootIsWhole(t *testing.T) {
+	f := openTest(t, t.TempDir())
+	ctx := context.Background()
+	importDir := func(files map[string]string) cas.ID {
+		t.Helper()
+		dir := t.TempDir()
+		for name, body := range files {
+			write(t, filepath.Join(dir, name), body)
+		}
+		res, err := f.Import(ctx, ImportSource{Path: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Root
+	}
+
+	// Collected whole: the import was garbage until a group named it.
+	collected := importDir(map[string]string{"a": "collected whole"})
+	if _, err := f.Collect(ctx, CollectRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.CreateGroup(ctx, CreateGroupRequest{RootID: collected.String()}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("group on a collected root: %v, want not found", err)
+	}
+
+	// Collected in part: the root tree is there, a blob is not.
+	partial := importDir(map[string]string{"a": "kept part", "b": "lost part"})
+	if err := f.store.Delete(ctx, cas.Sum([]byte("lost part"))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.CreateGroup(ctx, CreateGroupRequest{RootID: partial.String()})
+	if !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "incomplete") {
+		t.Fatalf("group on a root missing a blob: %v, want not found (incomplete)", err)
+	}
+
+	// Whole: accepted, and pinned from then on.
+	whole := importDir(map[string]string{"a": "whole", "sub/b": "whole too"})
+	g, err := f.CreateGroup(ctx, CreateGroupRequest{RootID: whole.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Collect(ctx, CollectRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := verifyTrees(ctx, f.store, whole); err != nil {
+		t.Fatalf("a group's root after gc: %v", err)
+	}
+
+	// From a live node: no walk needed, and fine.
+	if _, err := f.CreateGroup(ctx, CreateGroupRequest{RootID: g.Node.NodeID}); err != nil {
+		t.Fatalf("group from a live node: %v", err)
 	}
 }

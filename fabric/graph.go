@@ -119,20 +119,78 @@ type CreateGroupResult struct {
 
 // CreateGroup makes a group whose root node is sealed at req.RootID; the
 // canonical node is the root node and the generation is 1.
+//
+// The root must stay whole until the group's node pins it, whatever a
+// garbage collection does meanwhile. A root named by a node that is not
+// pruned is live, and the node is checked again in the transaction that
+// commits the group (as Fork does). Any other root (an id from an import,
+// or from a pruned node) may be garbage: CreateGroup enters a GC session
+// and Has every object of the tree, which either protects it from a
+// running collection or finds it gone; an incomplete root is refused
+// (not found), never committed.
 func (f *Fabric) CreateGroup(ctx context.Context, req CreateGroupRequest) (CreateGroupResult, error) {
-	var res CreateGroupResult
-	root, err := f.resolveRoot(ctx, req.RootID)
+	return f.createGroup(ctx, req, false)
+}
+
+// CreateGroupFrom imports src and creates a group on the root in one GC
+// session, so that no collection can take the import's objects before the
+// group pins them (and nothing needs checking afterwards).
+func (f *Fabric) CreateGroupFrom(ctx context.Context, src ImportSource, req CreateGroupRequest) (CreateGroupResult, error) {
+	leave := f.store.Enter()
+	defer leave()
+	imp, err := f.importInSession(ctx, src)
 	if err != nil {
-		return res, fmt.Errorf("create group: %w", err)
+		return CreateGroupResult{}, fmt.Errorf("create group: %w", err)
 	}
+	req.RootID = imp.Root.String()
+	return f.createGroup(ctx, req, true)
+}
+
+// createGroup is CreateGroup; inSession says the caller's GC session
+// stored or found every object of the root.
+func (f *Fabric) createGroup(ctx context.Context, req CreateGroupRequest, inSession bool) (CreateGroupResult, error) {
+	var res CreateGroupResult
 	if err := checkJSON("policy", req.Policy); err != nil {
 		return res, err
 	}
 	if err := checkJSON("logical_state", req.LogicalState); err != nil {
 		return res, err
 	}
+	root, err := f.resolveRoot(ctx, req.RootID)
+	if err != nil {
+		return res, fmt.Errorf("create group: %w", err)
+	}
+	// A live node keeps the root alive if it is still unpruned when the
+	// group commits; otherwise the objects themselves must be protected.
+	liveNode := ""
+	if strings.HasPrefix(strings.TrimSpace(req.RootID), string(journal.KindNode)+"_") {
+		var n journal.Node
+		err := f.journal.View(ctx, func(r journal.Reader) (err error) {
+			n, err = journal.GetNode(r, strings.TrimSpace(req.RootID))
+			return err
+		})
+		if err == nil && n.Status != journal.NodePruned {
+			liveNode = n.NodeID
+		}
+	}
+	if liveNode == "" && !inSession {
+		leave := f.store.Enter(root)
+		defer leave()
+		if err := verifyTrees(ctx, f.store, root); err != nil {
+			return res, fmt.Errorf("create group: root %s is incomplete (collected as garbage? import it again): %v: %w", root, err, journal.ErrNotFound)
+		}
+	}
 	req.RootID = root.String()
 	err = f.mutate(ctx, OpCreateGroup, req, &res, func(tx journal.Tx, ci CallInfo) (any, error) {
+		if liveNode != "" {
+			n, err := journal.GetNode(tx, liveNode)
+			if err != nil {
+				return nil, err
+			}
+			if n.Status == journal.NodePruned {
+				return nil, fmt.Errorf("node %s was pruned meanwhile: %w", liveNode, journal.ErrFailedPrecondition)
+			}
+		}
 		gid, err := f.ids.New(journal.KindGroup)
 		if err != nil {
 			return nil, err

@@ -235,7 +235,9 @@ func (f *Fabric) nodeRoot(ctx context.Context, nodeID string) (string, error) {
 }
 
 // verifyTrees reads and verifies every tree under root and checks that
-// every blob is stored (blobs are hashed by fsck, not here).
+// every blob is stored (blobs are hashed by fsck, not here). Every object
+// goes through Has first, which the GC tracker records: inside a session
+// the walk also protects the whole tree from a running collection.
 func verifyTrees(ctx context.Context, s cas.Store, root cas.ID) error {
 	seen := map[cas.ID]bool{}
 	var walk func(id cas.ID) error
@@ -244,6 +246,9 @@ func verifyTrees(ctx context.Context, s cas.Store, root cas.ID) error {
 			return nil
 		}
 		seen[id] = true
+		if ok, err := s.Has(ctx, id); err != nil || !ok {
+			return fmt.Errorf("tree %s: %w", id, orNotFound(err))
+		}
 		t, err := cas.ReadTree(ctx, s, id)
 		if err != nil {
 			return err
