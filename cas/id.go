@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"hash"
 
-	"lukechampine.com/blake3"
+	"github.com/zeebo/blake3"
 )
 
 // IDSize is the size of an object id in bytes.
@@ -21,7 +21,7 @@ var ZeroID ID
 func Sum(b []byte) ID { return ID(blake3.Sum256(b)) }
 
 // NewHasher returns a hash.Hash whose Sum is an ID's bytes.
-func NewHasher() hash.Hash { return blake3.New(IDSize, nil) }
+func NewHasher() hash.Hash { return blake3.New() }
 
 // IDFromHash reads the digest of h, which must come from NewHasher.
 func IDFromHash(h hash.Hash) ID {

@@ -13,7 +13,7 @@ import (
 	"slices"
 	"time"
 
-	"lukechampine.com/blake3"
+	"github.com/zeebo/blake3"
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/errdefs"
@@ -124,7 +124,10 @@ func (f *Fabric) provenanceMAC(rec ProvenanceRecord) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	h := blake3.New(32, f.provKey)
+	h, err := blake3.NewKeyed(f.provKey)
+	if err != nil {
+		return "", err
+	}
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -305,6 +305,9 @@ func (n *leafNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	return &streamHandle{fsys: n.fsys, id: n.entry.ID}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
+// verifyBuffer is the read size of a blob's verification.
+const verifyBuffer = 256 << 10
+
 // verify hashes a blob once per process before anything serves it.
 func (f *FS) verify(ctx context.Context, id cas.ID) syscall.Errno {
 	f.mu.Lock()
@@ -319,7 +322,9 @@ func (f *FS) verify(ctx context.Context, id cas.ID) syscall.Errno {
 	// do not retry; a caller that died leaves a verified blob behind.
 	rc, err := f.opts.Store.Get(context.WithoutCancel(ctx), id)
 	if err == nil {
-		_, err = io.Copy(io.Discard, rc)
+		// Large reads: io.Discard would read in 8 KiB pieces, a syscall
+		// and a hasher call each.
+		_, err = io.CopyBuffer(struct{ io.Writer }{io.Discard}, rc, make([]byte, verifyBuffer))
 		rc.Close()
 	}
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"testing/iotest"
 
 	"github.com/esf-dev/esf/cas"
-	"lukechampine.com/blake3"
+	"github.com/zeebo/blake3"
 )
 
 // Corrupter damages a stored object in place so that its bytes no longer

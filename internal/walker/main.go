@@ -40,7 +40,7 @@
 // Errors (an unreadable directory, a vanished file) end the walk with exit
 // code 1 and a message on stderr: a partial listing must not compare equal.
 //
-// It uses only the standard library and lukechampine.com/blake3 (pure Go
+// It uses only the standard library and github.com/zeebo/blake3 (pure Go
 // on wasm), so it builds for GOOS=wasip1.
 package main
 
@@ -59,7 +59,7 @@ import (
 	"strconv"
 	"strings"
 
-	"lukechampine.com/blake3"
+	"github.com/zeebo/blake3"
 )
 
 type options struct {
@@ -94,7 +94,7 @@ func main() {
 	}
 	switch *hashName {
 	case "blake3":
-		o.newHash = func() hash.Hash { return blake3.New(32, nil) }
+		o.newHash = func() hash.Hash { return blake3.New() }
 	case "sha256":
 		o.newHash = sha256.New
 	default:
