@@ -165,8 +165,17 @@ func decodeResponse(ctx context.Context, c *Client, resp *http.Response, out any
 		}
 		return &errdefs.Error{Code: errdefs.CodeInternal, Message: fmt.Sprintf("esfd: decode response: %v", err)}
 	}
+	// The decoder stops at the end of the value, before the encoder's
+	// newline and, on a chunked response (any reply over 2 KiB), before
+	// the last chunk. A body closed short of EOF costs the connection: the
+	// next call would dial again. What is left is a few bytes.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxTrailer))
 	return nil
 }
+
+// maxTrailer bounds what decodeResponse reads past a response's JSON value
+// to let the connection be reused; a body with more is closed instead.
+const maxTrailer = 4 << 10
 
 // Status returns the daemon's version, state dir and object tally.
 func (c *Client) Status(ctx context.Context) (*StatusResponse, error) {
