@@ -33,9 +33,11 @@ import (
 type countingStore struct {
 	cas.Store
 
-	// deleteMu serializes Deletes so that two Deletes of one id subtract it
-	// once: the second one's Stat finds it gone.
-	deleteMu sync.Mutex
+	// deleteMu serializes Deletes of one id (striped by its first byte)
+	// so that two of them subtract it once: the second one's Stat finds
+	// it gone. Deletes of different ids run in parallel (a sweep's
+	// workers).
+	deleteMu [64]sync.Mutex
 
 	mu       sync.Mutex
 	scanning bool
@@ -92,8 +94,9 @@ func (c *countingStore) Put(ctx context.Context, r io.Reader) (cas.Info, bool, e
 }
 
 func (c *countingStore) Delete(ctx context.Context, id cas.ID) error {
-	c.deleteMu.Lock()
-	defer c.deleteMu.Unlock()
+	mu := &c.deleteMu[int(id[0])%len(c.deleteMu)]
+	mu.Lock()
+	defer mu.Unlock()
 	info, err := c.Store.Stat(ctx, id)
 	if err != nil {
 		if isNotFound(err) {

@@ -680,3 +680,42 @@ func seedFromEnv(t *testing.T, name string) uint64 {
 	t.Logf("seed %d (replay with %s=%d)", seed, name, seed)
 	return seed
 }
+
+// failingDeleter fails the deletion of one id.
+type failingDeleter struct {
+	cas.Store
+	bad cas.ID
+}
+
+func (f failingDeleter) Delete(ctx context.Context, id cas.ID) error {
+	if id == f.bad {
+		return errors.New("disk on fire")
+	}
+	return f.Store.Delete(ctx, id)
+}
+
+// TestSweepWorkersStopAtAnError: with parallel workers, a failed deletion
+// stops the sweep with that error, and the report counts exactly what the
+// store lost.
+func TestSweepWorkersStopAtAnError(t *testing.T) {
+	st := mem.New()
+	w := makeWorld(t, st, rand.New(rand.NewPCG(3, 3)))
+	live := reachable(t, st, w.live...)
+	var bad cas.ID
+	for id := range w.garbage {
+		bad = id
+		break
+	}
+	before := len(objects(t, st))
+	rep, err := gc.Sweep(context.Background(), failingDeleter{st, bad}, live.Has, gc.SweepOptions{Workers: 8, BatchSize: 4})
+	if err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Fatalf("sweep: %+v %v, want the deletion's error", rep, err)
+	}
+	if got := int64(before - len(objects(t, st))); got != rep.Deleted {
+		t.Errorf("report says %d deleted, the store lost %d", rep.Deleted, got)
+	}
+	if _, ok := objects(t, st)[bad]; !ok {
+		t.Error("the object whose deletion failed is gone")
+	}
+	verifyReachable(t, st, w.live)
+}

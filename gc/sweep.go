@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/esf-dev/esf/cas"
@@ -46,7 +47,15 @@ type SweepOptions struct {
 	// Pause is slept between batches, so that other work on the store
 	// (and its disk) goes on while a large sweep runs.
 	Pause time.Duration
+	// Workers delete a batch's objects in parallel; 0 means
+	// DefaultWorkers. A deletion mostly waits for the file system (an
+	// unlink of a written-back file frees its extents, a synchronous
+	// discard on some disks), so several overlap well.
+	Workers int
 }
+
+// DefaultWorkers is how many deletions Sweep runs at once by default.
+const DefaultWorkers = 16
 
 // Report is what a collection found and did.
 type Report struct {
@@ -98,42 +107,85 @@ func Sweep(ctx context.Context, s SweepStore, live func(cas.ID) bool, opts Sweep
 	if batch <= 0 {
 		batch = DefaultBatchSize
 	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
 	gd, guarded := s.(GuardedDeleter)
-	for i, id := range cands {
-		if i > 0 && i%batch == 0 && opts.Pause > 0 {
+	del := func(id cas.ID) (cas.Info, bool, error) {
+		switch {
+		case opts.DryRun:
+			return statUnless(ctx, s, id, keep)
+		case guarded:
+			return gd.DeleteUnless(ctx, id, keep)
+		default:
+			info, deleted, err := statUnless(ctx, s, id, keep)
+			if deleted {
+				err = s.Delete(ctx, id)
+			}
+			return info, deleted, err
+		}
+	}
+	for start := 0; start < len(cands); start += batch {
+		if start > 0 && opts.Pause > 0 {
 			if err := sleep(ctx, opts.Pause); err != nil {
 				return rep, fmt.Errorf("sweep: %w", err)
 			}
 		}
-		if err := ctx.Err(); err != nil {
-			return rep, fmt.Errorf("sweep: %w", err)
+		if err := sweepBatch(ctx, cands[start:min(start+batch, len(cands))], workers, del, &rep); err != nil {
+			return rep, err
 		}
-		var (
-			info    cas.Info
-			deleted bool
-			err     error
-		)
-		switch {
-		case opts.DryRun:
-			info, deleted, err = statUnless(ctx, s, id, keep)
-		case guarded:
-			info, deleted, err = gd.DeleteUnless(ctx, id, keep)
-		default:
-			if info, deleted, err = statUnless(ctx, s, id, keep); deleted {
-				err = s.Delete(ctx, id)
-			}
-		}
-		if err != nil {
-			return rep, fmt.Errorf("sweep %s: %w", id, err)
-		}
-		if !deleted {
-			rep.Spared++
-			continue
-		}
-		rep.Deleted++
-		rep.BytesReclaimed += info.Size
 	}
 	return rep, nil
+}
+
+// sweepBatch deletes ids with up to workers deletions at once and adds
+// what it did to rep; the first error stops it (what was deleted stays
+// counted).
+func sweepBatch(ctx context.Context, ids []cas.ID, workers int, del func(cas.ID) (cas.Info, bool, error), rep *Report) error {
+	var (
+		mu       sync.Mutex
+		firstErr error
+		next     int
+		wg       sync.WaitGroup
+	)
+	take := func() (cas.ID, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr != nil || next == len(ids) {
+			return cas.ID{}, false
+		}
+		if err := ctx.Err(); err != nil {
+			firstErr = fmt.Errorf("sweep: %w", err)
+			return cas.ID{}, false
+		}
+		next++
+		return ids[next-1], true
+	}
+	for range min(workers, len(ids)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id, ok := take(); ok; id, ok = take() {
+				info, deleted, err := del(id)
+				mu.Lock()
+				switch {
+				case err != nil:
+					if firstErr == nil {
+						firstErr = fmt.Errorf("sweep %s: %w", id, err)
+					}
+				case !deleted:
+					rep.Spared++
+				default:
+					rep.Deleted++
+					rep.BytesReclaimed += info.Size
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return firstErr
 }
 
 // statUnless reports whether id would be deleted: not kept, still there.
