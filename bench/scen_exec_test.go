@@ -272,6 +272,6 @@ func benchRunc(ctx context.Context, e *bench.Env) error {
 	api, alone := bench.Latencies(ms[0]), bench.Latencies(ms[1])
 	e.Add(bench.Row{Name: "runc exec round trip", Value: api.P50, Unit: "ms", P90: api.P90, N: api.N, Samples: api.Values,
 		Baseline: "the executor's Exec alone", BaselineValue: alone.P50, Path: d.Ops.Path("exec"),
-		Note: "exec true in a running attempt: runc exec through the init, output streamed back"})
+		Note: "exec true in a running attempt: started by the container's init (no runc exec), output streamed back"})
 	return nil
 }

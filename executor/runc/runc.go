@@ -345,6 +345,13 @@ func (e *Executor) State(ctx context.Context, id string) (executor.Info, error) 
 }
 
 func (e *Executor) state(ctx context.Context, id string) (executor.Info, error) {
+	// Start makes the bundle before runc makes anything and Stop removes
+	// it after runc deleted everything: without a bundle, runc knows
+	// nothing of id, and asking it (a runc invocation, tens of
+	// milliseconds) is what every activation would pay first.
+	if _, err := os.Lstat(e.bundle(id)); errors.Is(err, fs.ErrNotExist) {
+		return executor.Info{}, fmt.Errorf("container %s: %w", id, executor.ErrNotFound)
+	}
 	cctx, cancel := e.command(ctx)
 	defer cancel()
 	c, err := e.rc.State(cctx, id)
