@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/esf-dev/esf/executor/initproto"
 )
@@ -64,6 +65,8 @@ func (a *agent) serve() {
 				continue
 			}
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) {
+				// Out of fds: wait for execs to end rather than spin.
+				time.Sleep(10 * time.Millisecond)
 				continue
 			}
 			return
