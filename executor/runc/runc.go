@@ -314,9 +314,19 @@ func (e *Executor) pauseResume(ctx context.Context, op, id string, want executor
 	}
 	unlock := e.lock(id)
 	defer unlock()
+	// The cgroup's freezer is what runc would write, without runc
+	// (freeze.go); a container whose cgroup is not there (stopped) or not
+	// where we look goes to runc, which also explains a refusal.
+	handled, err := e.freezeCgroup(ctx, id, want == executor.StatusPaused)
+	if handled {
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", op, id, err)
+		}
+		return nil
+	}
 	cctx, cancel := e.command(ctx)
 	defer cancel()
-	err := do(cctx, id)
+	err = do(cctx, id)
 	if err == nil {
 		return nil
 	}

@@ -2,6 +2,7 @@ package runc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -341,5 +342,54 @@ func TestStopEndsExecs(t *testing.T) {
 				t.Fatalf("Wait after Stop: %d %v", code, err)
 			}
 		})
+	}
+}
+
+// TestFreezeThroughCgroup: Freeze and Thaw write the cgroup's freezer
+// themselves (no runc invocation); runc sees the result (State says
+// paused), a second Freeze or Thaw is a no-op, and a container whose init
+// died is refused as not running, as runc would.
+func TestFreezeThroughCgroup(t *testing.T) {
+	v := newEnv(t)
+	v.start("fz", executor.Spec{})
+	for range 2 {
+		if err := v.e.Freeze(v.ctx, "fz"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info, err := v.e.State(v.ctx, "fz"); err != nil || info.Status != executor.StatusPaused {
+		t.Fatalf("state after freeze: %+v %v", info, err)
+	}
+	for range 2 {
+		if err := v.e.Thaw(v.ctx, "fz"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info, err := v.e.State(v.ctx, "fz"); err != nil || info.Status != executor.StatusRunning {
+		t.Fatalf("state after thaw: %+v %v", info, err)
+	}
+	if got := v.sh(t, "fz", "echo alive"); got != "alive\n" {
+		t.Fatalf("exec after thaw: %q", got)
+	}
+
+	if err := v.e.rc.Kill(v.ctx, "fz", int(unix.SIGKILL), nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := v.e.State(v.ctx, "fz")
+		if err == nil && info.Status == executor.StatusStopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container never stopped: %+v %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := v.e.Freeze(v.ctx, "fz"); !errors.Is(err, executor.ErrFailedPrecondition) {
+		t.Errorf("freeze of a stopped container: %v, want failed precondition", err)
+	}
+	if err := v.e.Thaw(v.ctx, "fz"); !errors.Is(err, executor.ErrFailedPrecondition) {
+		t.Errorf("thaw of a stopped container: %v, want failed precondition", err)
 	}
 }

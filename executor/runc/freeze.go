@@ -1,0 +1,119 @@
+package runc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/esf-dev/esf/executor"
+)
+
+// freezeTimeout bounds how long Freeze waits for every task of the cgroup
+// to stop (a task in an uninterruptible sleep stops only when it wakes).
+const freezeTimeout = 5 * time.Second
+
+// cgroupFreezer freezes a container's cgroup by writing its freezer file
+// directly, as runc pause and resume do, without a runc invocation (tens
+// of milliseconds each): seal --keep-running of a container freezes and
+// thaws once per checkpoint. runc computes a container's paused state from
+// the same cgroup, so its view (State, delete --force) stays right.
+type cgroupFreezer struct {
+	v2          bool
+	procs       string // the cgroup's cgroup.procs
+	state       string // v1 freezer.state, v2 cgroup.freeze
+	events      string // v2 cgroup.events
+	freeze, off string // what to write
+}
+
+// freezerOf finds the freezer of a container's cgroup, under cgroup v1 or
+// v2; ok is false when neither is there (a stopped container, or a cgroup
+// layout this executor does not know: runc is asked instead).
+func freezerOf(cgroupsPath string) (cgroupFreezer, bool) {
+	if !strings.HasPrefix(cgroupsPath, "/") {
+		return cgroupFreezer{}, false
+	}
+	v1 := filepath.Join("/sys/fs/cgroup/freezer", cgroupsPath, "freezer.state")
+	if _, err := os.Stat(v1); err == nil {
+		return cgroupFreezer{state: v1, procs: filepath.Join(filepath.Dir(v1), "cgroup.procs"), freeze: "FROZEN", off: "THAWED"}, true
+	}
+	dir := filepath.Join("/sys/fs/cgroup", cgroupsPath)
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.freeze")); err == nil {
+		return cgroupFreezer{v2: true, state: filepath.Join(dir, "cgroup.freeze"), events: filepath.Join(dir, "cgroup.events"),
+			procs: filepath.Join(dir, "cgroup.procs"), freeze: "1", off: "0"}, true
+	}
+	return cgroupFreezer{}, false
+}
+
+// set freezes (or thaws) and waits until every task has stopped. A freeze
+// that does not complete in time is undone and fails.
+func (f cgroupFreezer) set(ctx context.Context, frozen bool) error {
+	val := f.off
+	if frozen {
+		val = f.freeze
+	}
+	if err := os.WriteFile(f.state, []byte(val), 0); err != nil {
+		return err
+	}
+	if !frozen {
+		return nil // thawing takes effect at once
+	}
+	deadline := time.Now().Add(freezeTimeout)
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		done, err := f.frozen()
+		if err != nil || done {
+			return err
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			os.WriteFile(f.state, []byte(f.off), 0)
+			return fmt.Errorf("tasks did not stop within %v (uninterruptible sleep?)", freezeTimeout)
+		}
+		time.Sleep(wait)
+		if !f.v2 {
+			// v1 may stay FREEZING while a task could not be stopped;
+			// asking again retries those tasks (runc does the same).
+			os.WriteFile(f.state, []byte(f.freeze), 0)
+		}
+	}
+}
+
+// frozen reports whether the freeze has completed.
+func (f cgroupFreezer) frozen() (bool, error) {
+	if f.v2 {
+		b, err := os.ReadFile(f.events)
+		if err != nil {
+			return false, err
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "frozen "); ok {
+				return strings.TrimSpace(v) == "1", nil
+			}
+		}
+		return false, errors.New("cgroup.events has no frozen line")
+	}
+	b, err := os.ReadFile(f.state)
+	return strings.TrimSpace(string(b)) == "FROZEN", err
+}
+
+// freezeCgroup freezes or thaws id through its cgroup; handled is false
+// when that is not possible and runc must do it.
+func (e *Executor) freezeCgroup(ctx context.Context, id string, frozen bool) (handled bool, err error) {
+	if _, err := os.Lstat(e.bundle(id)); errors.Is(err, fs.ErrNotExist) {
+		return true, fmt.Errorf("container %s: %w", id, executor.ErrNotFound)
+	}
+	// The spec puts every container at /<Namespace>/<id> (containerSpec).
+	f, ok := freezerOf("/" + e.opts.Namespace + "/" + id)
+	if !ok {
+		return false, nil
+	}
+	// A cgroup without tasks is a container that stopped (its init
+	// died): runc says so with the right error.
+	if b, err := os.ReadFile(f.procs); err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return false, nil
+	}
+	return true, f.set(ctx, frozen)
+}
