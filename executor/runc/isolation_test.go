@@ -52,9 +52,12 @@ func TestIsolation(t *testing.T) {
 		if strings.Count(link, "\n") != 1 || !strings.Contains(link, "lo: <LOOPBACK,UP,LOWER_UP>") {
 			t.Fatalf("ip link: %q", link)
 		}
-		// Loopback works: a listener inside is reachable inside.
-		script := "nc -l -p 7777 > /tmp/nc.out & " +
-			"for i in $(seq 100); do echo ping | nc 127.0.0.1 7777 2>/dev/null && break; sleep 0.1; done; wait; cat /tmp/nc.out"
+		// Loopback works: a listener inside is reachable inside. The
+		// listener's stdin must not end: busybox nc may quit at its EOF
+		// before it read the connection (1 run in 10 with /dev/null).
+		script := "(sleep 5 | nc -l -p 7777 > /tmp/nc.out) > /dev/null 2>&1 & " +
+			"for i in $(seq 100); do echo ping | nc 127.0.0.1 7777 2>/dev/null && break; sleep 0.1; done; " +
+			"for i in $(seq 100); do [ -s /tmp/nc.out ] && break; sleep 0.05; done; cat /tmp/nc.out"
 		if got := v.sh(t, "iso", script); got != "ping\n" {
 			t.Fatalf("loopback round trip: %q", got)
 		}
