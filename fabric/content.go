@@ -33,10 +33,10 @@ import (
 type countingStore struct {
 	cas.Store
 
-	// deleteMu serializes Deletes of one id (striped by its first byte)
-	// so that two of them subtract it once: the second one's Stat finds
-	// it gone. Deletes of different ids run in parallel (a sweep's
-	// workers).
+	// deleteMu serializes Deletes and records of one id (striped by its
+	// first byte, see stripe) so that two Deletes subtract it once (the
+	// second one's Stat finds it gone). Different ids run in parallel (a
+	// sweep's workers).
 	deleteMu [64]sync.Mutex
 
 	mu       sync.Mutex
@@ -65,14 +65,23 @@ func newCountingStore(s cas.Store) *countingStore {
 // Unwrap returns the decorated store.
 func (c *countingStore) Unwrap() cas.Store { return c.Store }
 
+// stripe is the lock that orders Deletes and records of id.
+func (c *countingStore) stripe(id cas.ID) *sync.Mutex {
+	return &c.deleteMu[int(id[0])%len(c.deleteMu)]
+}
+
+// record counts a Put that created id or a Delete that removed it; the
+// caller holds id's stripe. While the walk runs, the last record of an id
+// is taken as its state, so it records what the store holds right now
+// rather than what this call did: a Put's create and a Delete of the same
+// id may reach here in the other order than they reached the store.
 func (c *countingStore) record(id cas.ID, size int64, added bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.scanning {
-		if added {
-			c.pending[id] = size
-		} else {
-			c.pending[id] = -1
+		c.pending[id] = -1
+		if info, err := c.Store.Stat(context.Background(), id); err == nil {
+			c.pending[id] = info.Size
 		}
 		return
 	}
@@ -88,13 +97,16 @@ func (c *countingStore) record(id cas.ID, size int64, added bool) {
 func (c *countingStore) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	info, created, err := c.Store.Put(ctx, r)
 	if err == nil && created {
+		mu := c.stripe(info.ID)
+		mu.Lock()
 		c.record(info.ID, info.Size, true)
+		mu.Unlock()
 	}
 	return info, created, err
 }
 
 func (c *countingStore) Delete(ctx context.Context, id cas.ID) error {
-	mu := &c.deleteMu[int(id[0])%len(c.deleteMu)]
+	mu := c.stripe(id)
 	mu.Lock()
 	defer mu.Unlock()
 	info, err := c.Store.Stat(ctx, id)
@@ -153,7 +165,10 @@ func (b *countingBatch) Commit(ctx context.Context) error {
 				continue
 			}
 		}
+		mu := b.c.stripe(info.ID)
+		mu.Lock()
 		b.c.record(info.ID, info.Size, true)
+		mu.Unlock()
 	}
 	return err
 }
