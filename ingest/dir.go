@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -63,6 +65,8 @@ func importDir(ctx context.Context, st Store, root string, base cas.ID, overlay 
 		seen:    map[string]bool{},
 		overlay: overlay,
 	}
+	// An upper directory holds what an attempt wrote: new content.
+	d.hashFirst.Store(!overlay && !opts.NewContent)
 	defer d.obj.abort()
 	b := cas.NewBuilder(st, base)
 	s, err := d.run(ctx, b)
@@ -95,6 +99,11 @@ type dirImport struct {
 
 	// overlay reads root as an overlayfs upper directory (see Upper).
 	overlay bool
+
+	// hashFirst guesses that the next large file is stored already (see
+	// file). It starts true for Dir, unless Options.NewContent, and false
+	// for Upper, then follows the last large file.
+	hashFirst atomic.Bool
 }
 
 type dirJob struct {
@@ -405,9 +414,17 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 }
 
 // file hashes the regular file p and stores it unless the store has it.
-// Content up to smallFileMax is read once into buf; larger content is
-// hashed in a first pass and streamed into Put in a second, only when the
-// store lacks it. Memory stays at one buffer per worker either way.
+// Content up to smallFileMax is read once into buf, hashed and put only
+// when the store lacks it.
+//
+// Larger content takes one of two roads, by a guess (d.hashFirst) that
+// follows the last large file of the import. Guessing stored, it hashes the
+// file in a first pass and streams it into Put in a second only if the
+// store lacks it, so importing what is stored writes nothing. Guessing new,
+// it streams the file into Put once: the store hashes as it writes and
+// drops its temp copy, unpublished, if the content turns out stored. A
+// wrong guess costs a second hashing pass, or a discarded temp file. Memory
+// stays at one buffer per worker (plus the store's pipeline) either way.
 func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []byte) (cas.ID, int64, error) {
 	// O_NONBLOCK: should p have been swapped for a fifo since the lstat,
 	// the open must not hang (the fstat check below then fails).
@@ -441,6 +458,9 @@ func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []b
 		return cas.ZeroID, 0, readError(ctx, p, err)
 	}
 
+	if !d.hashFirst.Load() {
+		return d.streamFile(ctx, p, st, f, buf[:n])
+	}
 	h := cas.NewHasher()
 	h.Write(buf)
 	size := int64(n)
@@ -468,6 +488,8 @@ func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []b
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return cas.ZeroID, 0, readError(ctx, p, err)
 	}
+	// New content after all: guess so for the next large file.
+	d.hashFirst.Store(false)
 	info, _, err := d.obj.put(ctx, ctxReader{ctx: ctx, r: f})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -481,6 +503,38 @@ func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []b
 		return info.ID, info.Size, nil
 	}
 	return id, size, nil
+}
+
+// streamFile stores the large file f, whose first bytes (already read and
+// counted) are head, in one pass: the store hashes what it writes.
+func (d *dirImport) streamFile(ctx context.Context, p string, st *unix.Stat_t, f *os.File, head []byte) (cas.ID, int64, error) {
+	r := io.MultiReader(bytes.NewReader(head), &progressReader{r: ctxReader{ctx: ctx, r: f}, prog: d.prog})
+	info, created, err := d.obj.put(ctx, r)
+	if err != nil {
+		if ctx.Err() != nil {
+			return cas.ZeroID, 0, context.Cause(ctx)
+		}
+		return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
+	}
+	if !created {
+		// Stored already (or by another worker of this import): the next
+		// large file is likely a re-import too.
+		d.hashFirst.Store(true)
+	}
+	d.checkSize(p, st, info.Size)
+	return info.ID, info.Size, nil
+}
+
+// progressReader reports what it reads to prog.
+type progressReader struct {
+	r    io.Reader
+	prog *progress
+}
+
+func (r *progressReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.prog.add(int64(n))
+	return n, err
 }
 
 func (d *dirImport) checkSize(p string, st *unix.Stat_t, n int64) {

@@ -17,7 +17,11 @@
 //   - Re-importing writes nothing: Dir hashes every file before it asks
 //     the store (Has) and only then Puts; trees go through the same check.
 //     Tar streams can only do that for members up to 1 MiB (buffered);
-//     larger ones stream into Put, which keeps the stored copy.
+//     larger ones stream into Put, which keeps the stored copy. Hashing
+//     first reads and hashes new large files twice, so once a large file
+//     proved new, Dir streams the next ones into Put in one pass until one
+//     proves stored (a discarded temp file, never a rewritten object);
+//     Upper and Options.NewContent start in that mode.
 //   - New objects go through cas batches (cas.NewBatch), committed every
 //     few thousand objects, few hundred MiB or two seconds and at the end,
 //     so the disk store pays one syncfs per batch instead of one fsync per

@@ -41,6 +41,17 @@ type Options struct {
 	// Workers bounds the goroutines that hash and store file content;
 	// default 2*GOMAXPROCS.
 	Workers int
+	// NewContent tells Dir that the content is expected to be new to the
+	// store (a first import): large files (over 1 MiB) then go into the
+	// store in one pass, hashed as they are written, instead of hashed
+	// first and written only when missing, which reads and hashes new
+	// content twice. A file found stored is never rewritten either way, but
+	// with NewContent finding one costs a temp file written and discarded,
+	// so a re-import is no longer write-free; Dir then falls back to hashing
+	// first for the files that follow. Upper always starts this way (an
+	// upper directory holds what an attempt wrote); Tar streams large
+	// members in one pass anyway.
+	NewContent bool
 	// Exclude lists slash paths below a directory's root ("a/b", or
 	// "/a/b") that Dir and Upper skip with everything below them: an
 	// executor's mountpoints in an attempt's upper directory are not

@@ -165,15 +165,13 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	defer bufPool.Put(bp)
 	buf := *bp
 
-	h := cas.NewHasher()
 	n, eof, err := fill(ctx, r, buf)
 	if err != nil {
 		return cas.Info{}, false, fmt.Errorf("batch put: %w", err)
 	}
-	h.Write(buf[:n])
-	whole := eof
-	if whole {
-		info := cas.Info{ID: cas.IDFromHash(h), Size: int64(n)}
+	var info cas.Info
+	if eof {
+		info = cas.Info{ID: cas.Sum(buf[:n]), Size: int64(n)}
 		if known, err := b.known(info.ID); err != nil || known {
 			return info, false, err
 		}
@@ -191,27 +189,24 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 			os.Remove(f.name)
 		}
 	}()
-	size := int64(0)
-	for {
+	if eof {
 		if err := f.write(buf[:n]); err != nil {
 			return cas.Info{}, false, fmt.Errorf("batch put: %w", err)
 		}
-		size += int64(n)
-		if eof {
-			break
-		}
-		if n, eof, err = fill(ctx, r, buf); err != nil {
+	} else {
+		h := cas.NewHasher()
+		size, err := stream(ctx, r, buf[:n], h, f.fd, f.write)
+		if err != nil {
 			return cas.Info{}, false, fmt.Errorf("batch put: %w", err)
 		}
-		h.Write(buf[:n])
+		info = cas.Info{ID: cas.IDFromHash(h), Size: size}
 	}
 	// Read-only before anything can publish it, and covered by Commit's
 	// flush like the data.
 	if err := f.chmod(0o444); err != nil {
 		return cas.Info{}, false, fmt.Errorf("batch put: %w", err)
 	}
-	info := cas.Info{ID: cas.IDFromHash(h), Size: size}
-	if !whole {
+	if !eof {
 		if known, err := b.known(info.ID); err != nil || known {
 			return info, false, err
 		}

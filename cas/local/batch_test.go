@@ -146,3 +146,24 @@ func benchBatchPut(b *testing.B, batchSize, workers int) {
 
 func BenchmarkBatchPutNew4K(b *testing.B)         { benchBatchPut(b, 1000, 1) }
 func BenchmarkBatchPutNew4KParallel(b *testing.B) { benchBatchPut(b, 1000, 4) }
+
+// BenchmarkBatchPutNew256M puts one new 256 MiB object per batch and
+// commits it: the seal of a delta of one large file.
+func BenchmarkBatchPutNew256M(b *testing.B) {
+	ctx := context.Background()
+	s := open(b, b.TempDir())
+	const size = 256 << 20
+	buf := make([]byte, size)
+	rand.Read(buf)
+	b.SetBytes(size)
+	for i := uint64(0); b.Loop(); i++ {
+		binary.LittleEndian.PutUint64(buf, i)
+		bt := s.NewBatch()
+		if _, _, err := bt.Put(ctx, bytes.NewReader(buf)); err != nil {
+			b.Fatal(err)
+		}
+		if err := bt.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -17,6 +17,15 @@
 // fit in one buffer (most files and every tree) are hashed before any temp
 // file exists, so storing one that is already present costs a single stat.
 //
+// Larger objects stream through a pipeline (stream.go): the caller's
+// goroutine reads and hashes 512 KiB chunks while one writer goroutine writes
+// the previous ones and starts their writeback (sync_file_range
+// SYNC_FILE_RANGE_WRITE, which only starts I/O early and leaves any error to
+// the fsync or syncfs that follows), so hashing, writing and the disk
+// overlap instead of adding up. The writer ends before Put returns, on
+// every path. A large object found stored once hashed is not published: its
+// temp file is removed without an fsync.
+//
 // "Put returned" means "durable", including when the object already existed:
 // an existing object from an earlier run was made durable by Open (which
 // fsyncs every fan-out directory), and one that another Put of this process

@@ -297,19 +297,16 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	defer bufPool.Put(bp)
 	buf := *bp
 
-	h := cas.NewHasher()
 	n, eof, err := fill(ctx, r, buf)
 	if err != nil {
 		return cas.Info{}, false, fmt.Errorf("put: %w", err)
 	}
-	h.Write(buf[:n])
-	whole := eof
-	if whole {
+	var info cas.Info
+	if eof {
 		// The whole object is in buf: if it is already stored, no file is
 		// ever created.
-		id := cas.IDFromHash(h)
-		info := cas.Info{ID: id, Size: int64(n)}
-		if done, err := s.existing(id); err != nil {
+		info = cas.Info{ID: cas.Sum(buf[:n]), Size: int64(n)}
+		if done, err := s.existing(info.ID); err != nil {
 			return cas.Info{}, false, err
 		} else if done {
 			return info, false, nil
@@ -320,22 +317,20 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 		return cas.Info{}, false, fmt.Errorf("put: %w", err)
 	}
 	defer w.discard()
-	size := int64(0)
-	for {
+	if eof {
 		if _, err := w.f.Write(buf[:n]); err != nil {
 			return cas.Info{}, false, fmt.Errorf("put: %w", err)
 		}
-		size += int64(n)
-		if eof {
-			break
-		}
-		if n, eof, err = fill(ctx, r, buf); err != nil {
+	} else {
+		h := cas.NewHasher()
+		size, err := stream(ctx, r, buf[:n], h, int(w.f.Fd()), func(p []byte) error {
+			_, err := w.f.Write(p)
+			return err
+		})
+		if err != nil {
 			return cas.Info{}, false, fmt.Errorf("put: %w", err)
 		}
-		h.Write(buf[:n])
-	}
-	info := cas.Info{ID: cas.IDFromHash(h), Size: size}
-	if !whole {
+		info = cas.Info{ID: cas.IDFromHash(h), Size: size}
 		// Known only now for a large object: skip the fsync if it is stored.
 		if done, err := s.existing(info.ID); err != nil {
 			return cas.Info{}, false, err

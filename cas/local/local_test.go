@@ -305,6 +305,10 @@ func BenchmarkPutNew4K(b *testing.B)      { benchPut(b, 4<<10, true) }
 func BenchmarkPutExisting4K(b *testing.B) { benchPut(b, 4<<10, false) }
 func BenchmarkPutNew8M(b *testing.B)      { benchPut(b, 8<<20, true) }
 
+// The import row of the bench suite: one large new object, hashed, written
+// and fsynced (the source is in memory, as a file in the page cache is).
+func BenchmarkPutNew256M(b *testing.B) { benchPut(b, 256<<20, true) }
+
 func BenchmarkGet4K(b *testing.B) {
 	ctx := context.Background()
 	s := open(b, b.TempDir())
