@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/esf-dev/esf/journal"
@@ -93,7 +94,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	db, err := pebble.Open(dir, &pebble.Options{
+	po := &pebble.Options{
 		FS:           opts.FS,
 		CacheSize:    opts.CacheSize,
 		MemTableSize: opts.MemTableSize,
@@ -102,7 +103,14 @@ func Open(dir string, opts Options) (*Store, error) {
 		// which let recovery tell a torn WAL tail from corruption.
 		FormatMajorVersion: pebble.FormatValueSeparation,
 		Logger:             slogAdapter{opts.Logger},
-	})
+	}
+	// Bloom filters on every level (later levels inherit L0's): most
+	// transactions look up keys that do not exist yet (a new node id, an
+	// idempotency key seen for the first time), and without a filter each
+	// such Get searches the index of every overlapping table of every
+	// level, which grows with the graph.
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	db, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("open journal %s: %w", dir, err)
 	}
