@@ -15,9 +15,9 @@ import (
 // import's objects (one blob per distinct file, one tree per directory) and
 // the graph pins none of them, as after a prune of every node naming that
 // root. A collection then lists the store, finds nothing live and deletes
-// every object one by one, so its baseline is rm -rf (one thread, as the
-// sweep is) of a byte-identical copy of the store's objects directory: same
-// files, same sizes, same fan-out. Both sides delete written-back files
+// every object (gc.DefaultWorkers at a time), so its baseline is rm -rf of a
+// byte-identical copy of the store's objects directory: same files, same
+// sizes, same fan-out. Both sides delete written-back files
 // (import fsyncs every object; the copy is synced before it is timed), the
 // expensive kind on this disk (see removeAll). A third side unlinks the
 // copy with 32 goroutines: what a parallel sweep could reach.
@@ -177,7 +177,7 @@ func benchGC(ctx context.Context, e *Env) error {
 	s, b = Rates(ms[0], 1), Rates(ms[2], 1)
 	e.Add(Row{Name: name + " vs parallel unlink", Value: s.P50, Unit: "objects/s", P90: s.P90, N: s.N, Samples: s.Values,
 		Baseline: "32 parallel unlinks", BaselineValue: b.P50, Path: path,
-		Note: "the sweep deletes one object at a time; this baseline is what deleting the same files with 32 goroutines takes"})
+		Note: "the sweep deletes gc.DefaultWorkers (16) objects at a time, each checked against writers first; this baseline is what deleting the same files with 32 goroutines takes"})
 
 	// The same objects, all live.
 	imp, err := d.Ops.Import(ctx, tree)
