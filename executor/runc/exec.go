@@ -70,14 +70,9 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 	if err != nil {
 		return nil, fmt.Errorf("exec %s: %w", id, err)
 	}
-	dir, err := os.MkdirTemp(bundle, "exec-")
-	if err != nil {
-		return nil, fmt.Errorf("exec %s: %w", id, err)
-	}
 	p := &process{
 		e:         e,
 		id:        id,
-		dir:       dir,
 		drain:     e.opts.DrainTimeout,
 		runcPidfd: -1,
 		runcDone:  make(chan struct{}),
@@ -109,8 +104,12 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 		}
 	}
 
-	logPath := filepath.Join(dir, "runc.log")
-	pidPath := filepath.Join(dir, "pid")
+	// runc's log and pid file; an exec of the init needs neither.
+	if p.dir, err = os.MkdirTemp(bundle, "exec-"); err != nil {
+		return nil, fmt.Errorf("exec %s: %w", id, err)
+	}
+	logPath := filepath.Join(p.dir, "runc.log")
+	pidPath := filepath.Join(p.dir, "pid")
 	rc := e.rc
 	rc.LogFormat = gorunc.JSON
 	started := make(chan int, 1)
@@ -475,7 +474,9 @@ func (p *process) release() {
 		p.conn.Close()
 	}
 	p.mu.Unlock()
-	os.RemoveAll(p.dir)
+	if p.dir != "" {
+		os.RemoveAll(p.dir)
+	}
 }
 
 // stdio is go-runc's IO for one runc exec: the three files runc gets (nil
