@@ -100,13 +100,11 @@ func (s *Session) begin(ctx context.Context, name string) (*op, error) {
 	}
 	for asked := false; ; asked = true {
 		s.mu.Lock()
+		if err := s.endedLocked(name); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
 		switch {
-		case s.closed:
-			s.mu.Unlock()
-			return nil, stateError(name, s.id, workspace.ErrClosed)
-		case s.gone:
-			s.mu.Unlock()
-			return nil, stateError(name, s.id, workspace.ErrNotFound)
 		case s.att == nil && (s.busy || asked):
 			s.mu.Unlock()
 			return nil, stateError(name, s.id, workspace.ErrPaused)
@@ -311,6 +309,18 @@ func (o *op) keepAlive() (stop func()) {
 	}
 }
 
+// endedLocked is op's error on a handle that was closed or whose session
+// is gone, nil otherwise; s.mu is held.
+func (s *Session) endedLocked(op string) error {
+	switch {
+	case s.closed:
+		return stateError(op, s.id, workspace.ErrClosed)
+	case s.gone:
+		return stateError(op, s.id, workspace.ErrNotFound)
+	}
+	return nil
+}
+
 // Pause seals the session's files into a node (esf suspend) and releases
 // its attempt: the container and its processes end, the lease goes, and
 // the session costs nothing but its stored files. Calls in flight on this
@@ -320,14 +330,11 @@ func (s *Session) Pause(ctx context.Context) error {
 	s.lc.Lock()
 	defer s.lc.Unlock()
 	s.mu.Lock()
-	switch {
-	case s.closed:
+	if err := s.endedLocked("pause"); err != nil {
 		s.mu.Unlock()
-		return stateError("pause", s.id, workspace.ErrClosed)
-	case s.gone:
-		s.mu.Unlock()
-		return stateError("pause", s.id, workspace.ErrNotFound)
-	case s.att == nil:
+		return err
+	}
+	if s.att == nil {
 		s.mu.Unlock()
 		return nil
 	}
@@ -385,14 +392,11 @@ func (s *Session) Resume(ctx context.Context) error {
 	s.lc.Lock()
 	defer s.lc.Unlock()
 	s.mu.Lock()
-	switch {
-	case s.closed:
+	if err := s.endedLocked("resume"); err != nil {
 		s.mu.Unlock()
-		return stateError("resume", s.id, workspace.ErrClosed)
-	case s.gone:
-		s.mu.Unlock()
-		return stateError("resume", s.id, workspace.ErrNotFound)
-	case s.att != nil:
+		return err
+	}
+	if s.att != nil {
 		s.mu.Unlock()
 		return nil
 	}
