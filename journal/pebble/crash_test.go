@@ -70,8 +70,29 @@ func forkOnce(ctx context.Context, s journal.Store, i int) ([]byte, bool, error)
 		if _, err := tx.AppendEvent(n.Event(journal.EventNodeForked)); err != nil {
 			return nil, err
 		}
-		return map[string]string{"node_id": n.NodeID}, nil
+		return forkResult(i), nil
 	})
+}
+
+// forkResult is fork i's recorded result. Every third one carries 24 KiB
+// of padding, which the store keeps in a blob file once flushed: the crash
+// checks cover separated values too.
+func forkResult(i int) map[string]string {
+	res := map[string]string{"node_id": crashNodeID(i)}
+	if i%3 == 0 {
+		res["pad"] = strings.Repeat(fmt.Sprintf("%05d", i), 24<<10/5)
+	}
+	return res
+}
+
+// wantResult is forkResult(i) as recorded.
+func wantResult(t *testing.T, i int) string {
+	t.Helper()
+	b, err := json.Marshal(forkResult(i))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // checkForks verifies, on a store reopened after a crash, that the forks
@@ -96,9 +117,12 @@ func checkForks(t *testing.T, s journal.Store, attempted, minCommitted int) int 
 		for i := 0; i < attempted; i++ {
 			id := crashNodeID(i)
 			_, nodeErr := journal.GetNode(r, id)
-			_, idemFound, idemErr := journal.CheckIdempotency(r, fmt.Sprintf("fork-%d", i), "fork", forkRequest{Parent: crashRoot, Child: id})
+			res, idemFound, idemErr := journal.CheckIdempotency(r, fmt.Sprintf("fork-%d", i), "fork", forkRequest{Parent: crashRoot, Child: id})
 			if idemErr != nil {
 				return idemErr
+			}
+			if idemFound && string(res) != wantResult(t, i) {
+				return fmt.Errorf("fork %d: recorded result %.100s is not what was written", i, res)
 			}
 			present := nodeErr == nil
 			if !present && !errors.Is(nodeErr, journal.ErrNotFound) {
@@ -144,9 +168,11 @@ func checkForks(t *testing.T, s journal.Store, attempted, minCommitted int) int 
 	return k
 }
 
+// openFS opens the store on fs with the smallest memtable, so that the
+// workloads flush (and write blob files) as they go.
 func openFS(t *testing.T, fs vfs.FS) *jpebble.Store {
 	t.Helper()
-	s, err := jpebble.Open("db", jpebble.Options{FS: fs})
+	s, err := jpebble.Open("db", jpebble.Options{FS: fs, MemTableSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +198,8 @@ func TestCrashAfterEachCommit(t *testing.T) {
 		}
 		// The replay of the last committed key returns its result.
 		res, replayed, err := forkOnce(context.Background(), re, i)
-		if err != nil || !replayed || string(res) != fmt.Sprintf(`{"node_id":%q}`, crashNodeID(i)) {
-			t.Fatalf("replay of fork %d after the crash: %s, replayed %v, %v", i, res, replayed, err)
+		if err != nil || !replayed || string(res) != wantResult(t, i) {
+			t.Fatalf("replay of fork %d after the crash: %.100s, replayed %v, %v", i, res, replayed, err)
 		}
 		if err := re.Close(); err != nil {
 			t.Fatal(err)
@@ -308,8 +334,8 @@ func TestFailpointCrashKillsAndRecovers(t *testing.T) {
 			}
 			last := tc.committed - 1
 			res, replayed, err := forkOnce(context.Background(), s, last)
-			if err != nil || !replayed || string(res) != fmt.Sprintf(`{"node_id":%q}`, crashNodeID(last)) {
-				t.Fatalf("replay of the last committed fork: %s, replayed %v, %v", res, replayed, err)
+			if err != nil || !replayed || string(res) != wantResult(t, last) {
+				t.Fatalf("replay of the last committed fork: %.100s, replayed %v, %v", res, replayed, err)
 			}
 			if _, replayed, err := forkOnce(context.Background(), s, tc.committed); err != nil || replayed {
 				t.Fatalf("the killed fork runs afresh: replayed %v, %v", replayed, err)

@@ -19,6 +19,13 @@
 // keeps up to two in flight), which bounds the store's resident set to tens
 // of MiB however large the graph grows; records are small and read by key.
 //
+// Layout on disk: bloom filters on every level, and values of 4 KiB and more
+// (the recorded result of a large fork, a big logical state) in blob files
+// that tables reference (pebble's value separation), so a lookup never
+// decompresses a large value it does not want and compactions move
+// references, not the values. The format is pinned (FormatValueSeparation)
+// so a pebble upgrade never rewrites the files unasked.
+//
 // Concurrency: all methods are safe for concurrent use. Views run in
 // parallel with each other and with the writer. Close waits for running
 // transactions.
