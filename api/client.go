@@ -46,6 +46,9 @@ type CallOptions struct {
 	// IdempotencyKey names a mutation so that a retry does it once. Empty
 	// sends none.
 	IdempotencyKey string
+	// KeyGenerated says IdempotencyKey was made up for this call, so the
+	// daemon may forget its result after a day (HeaderKeyGenerated).
+	KeyGenerated bool
 	// Traceparent is the W3C trace context to continue. Empty lets the
 	// daemon start a trace.
 	Traceparent string
@@ -67,6 +70,9 @@ func (c *Client) newRequest(ctx context.Context, method, path string, body io.Re
 	}
 	if opt.IdempotencyKey != "" {
 		req.Header.Set(HeaderIdempotencyKey, opt.IdempotencyKey)
+		if opt.KeyGenerated {
+			req.Header.Set(HeaderKeyGenerated, "true")
+		}
 	}
 	if opt.Traceparent != "" {
 		req.Header.Set(HeaderTraceparent, opt.Traceparent)

@@ -234,6 +234,54 @@ func TestIdempotencyOverHTTP(t *testing.T) {
 	}
 }
 
+// TestGeneratedKeyExpires: a key the server made up for a request that
+// sent none is kept GeneratedKeyTTL, then the daemon forgets it; a
+// caller's key is kept.
+func TestGeneratedKeyExpires(t *testing.T) {
+	h := newHarness(t, 5*time.Second, func(o *fabric.Options) { o.GeneratedKeyTTL = time.Millisecond })
+	src := newSource(t, map[string]string{"f": "x"})
+	body := `{"source":"` + src + `"}`
+	st, made, hdr := h.rawJSON(t, "/v1/groups", "", body)
+	if st != 200 || !strings.HasPrefix(hdr[HeaderIdempotencyKey], "api-") {
+		t.Fatalf("create group: %d %s, key %q", st, made, hdr[HeaderIdempotencyKey])
+	}
+	st, mine, _ := h.rawJSON(t, "/v1/groups", "mine", body)
+	if st != 200 {
+		t.Fatalf("create group under a caller's key: %d %s", st, mine)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if n, err := h.f.ExpireIdempotencyKeys(context.Background()); err != nil || n != 1 {
+		t.Fatalf("expire: %d keys, %v; want the made-up one", n, err)
+	}
+	if st, again, _ := h.rawJSON(t, "/v1/groups", hdr[HeaderIdempotencyKey], body); st != 200 || bytes.Equal(again, made) {
+		t.Fatalf("the expired made-up key replayed: %d %s", st, again)
+	}
+	if st, again, _ := h.rawJSON(t, "/v1/groups", "mine", body); st != 200 || !bytes.Equal(again, mine) {
+		t.Fatalf("a caller's key did not replay: %d %s", st, again)
+	}
+	// A key the client made up and says so expires too; the header is
+	// "true" with a key, or absent.
+	if _, err := h.client.CreateGroup(context.Background(), fabric.CreateGroupRequest{Source: src},
+		CallOptions{IdempotencyKey: "client-made", KeyGenerated: true}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if n, err := h.f.ExpireIdempotencyKeys(context.Background()); err != nil || n != 1 {
+		t.Fatalf("expire: %d keys, %v; want the client's made-up one", n, err)
+	}
+	for _, hdr := range []map[string]string{
+		{HeaderKeyGenerated: "yes", HeaderIdempotencyKey: "k"},
+		{HeaderKeyGenerated: "true"},
+	} {
+		resp := h.raw(t, "POST", "/v1/groups", MediaJSON, hdr, strings.NewReader(body))
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || errorCode(t, b) != errdefs.CodeInvalidArgument {
+			t.Errorf("%v: %d %s", hdr, resp.StatusCode, b)
+		}
+	}
+}
+
 func TestGraphErrorResponses(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	src := newSource(t, map[string]string{"f": "x"})

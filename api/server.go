@@ -105,12 +105,17 @@ func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
 			if err != nil {
 				return err
 			}
+			generated, err := parseKeyGenerated(r.Header.Values(HeaderKeyGenerated), key)
+			if err != nil {
+				return err
+			}
 			if mutating {
 				// Every mutation has a key: the caller's, or one made here
 				// and returned, so that even a caller that sent none can
 				// retry a reply it lost.
+				ci.KeyGenerated = generated
 				if key == "" {
-					key = "api-" + randid.Hex(16)
+					key, ci.KeyGenerated = "api-"+randid.Hex(16), true
 				}
 				ci.IdempotencyKey = key
 				rec.Header().Set(HeaderIdempotencyKey, key)
@@ -191,6 +196,19 @@ func writeError(w http.ResponseWriter, err error) {
 // maxIdempotencyKey bounds the key: it is stored with the result of the
 // mutation it names.
 const maxIdempotencyKey = 255
+
+// parseKeyGenerated reads HeaderKeyGenerated: absent, or "true" with a key.
+func parseKeyGenerated(vals []string, key string) (bool, error) {
+	switch {
+	case len(vals) == 0:
+		return false, nil
+	case len(vals) == 1 && vals[0] == "true" && key != "":
+		return true, nil
+	case len(vals) == 1 && vals[0] == "true":
+		return false, fmt.Errorf("%s without %s: %w", HeaderKeyGenerated, HeaderIdempotencyKey, errdefs.ErrInvalidArgument)
+	}
+	return false, fmt.Errorf("%s: want a single \"true\", got %q: %w", HeaderKeyGenerated, vals, errdefs.ErrInvalidArgument)
+}
 
 func parseIdempotencyKey(vals []string) (string, error) {
 	switch len(vals) {

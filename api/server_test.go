@@ -57,13 +57,17 @@ type harness struct {
 	done   chan error
 }
 
-func newHarness(t *testing.T, grace time.Duration) *harness {
+func newHarness(t *testing.T, grace time.Duration, tweak ...func(*fabric.Options)) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	h := &harness{dir: dir, socket: filepath.Join(dir, "esfd.sock"), logs: &syncBuffer{}, done: make(chan error, 1)}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	opts := fabric.Options{StateDir: filepath.Join(dir, "state"), Logger: log}
+	for _, tw := range tweak {
+		tw(&opts)
+	}
 	var err error
-	h.f, err = fabric.Open(context.Background(), fabric.Options{StateDir: filepath.Join(dir, "state"), Logger: log})
+	h.f, err = fabric.Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

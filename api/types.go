@@ -93,6 +93,11 @@ const (
 	// HeaderIdempotencyKey names a mutation so that a retry returns the first
 	// result instead of doing it twice (1 to 255 visible ASCII characters).
 	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderKeyGenerated: "true" says the client made its Idempotency-Key
+	// up for this one call (as esfctl does when not given one), so the
+	// daemon keeps its result as long as one it made up itself, not for
+	// ever. Any other value is invalid.
+	HeaderKeyGenerated = "Esf-Idempotency-Key-Generated"
 	// HeaderTraceparent is the W3C trace context header.
 	HeaderTraceparent = "Traceparent"
 	// HeaderRootID is set on GET /v1/export/{id}.tar to the resolved root.

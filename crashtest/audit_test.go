@@ -74,16 +74,10 @@ func readJournal(state, scratch string) (*snapshot, error) {
 		); err != nil {
 			return err
 		}
-		if err := journal.ScanPrefix(r, []byte("idem/"), func(k, v []byte) error {
-			var e journal.IdempotencyEntry
-			if err := json.Unmarshal(v, &e); err != nil {
-				return fmt.Errorf("idempotency entry %q: %w", k, err)
-			}
-			if err := e.Validate(); err != nil {
-				return err
-			}
-			snap.idem[e.Key] = e
-			return nil
+		if err := each("idem/", func(key string) error {
+			e, err := journal.GetIdempotency(r, key)
+			snap.idem[key] = e
+			return err
 		}); err != nil {
 			return err
 		}

@@ -57,11 +57,20 @@ type Options struct {
 	Executor executor.Executor
 	// WASI runs modules for wasi attempts; nil refuses them.
 	WASI *wasi.Runtime
+	// GeneratedKeyTTL is how long the result of a mutation whose
+	// idempotency key was made up (CallInfo.KeyGenerated) stays replayable;
+	// ExpireIdempotencyKeys deletes it after that. Default 24 hours;
+	// negative keeps every result for ever. Results under a caller's own
+	// key are always kept.
+	GeneratedKeyTTL time.Duration
 	// ContainerMounts are bind mounts every runc container of this daemon
 	// gets (operator configuration, never an API field: a caller must not
 	// be able to mount host paths).
 	ContainerMounts []executor.Mount
 }
+
+// DefaultGeneratedKeyTTL is Options.GeneratedKeyTTL's default.
+const DefaultGeneratedKeyTTL = 24 * time.Hour
 
 // Validate reports whether o can be opened, without touching the disk.
 func (o *Options) Validate() error {
@@ -80,6 +89,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Worker == "" {
 		o.Worker, _ = os.Hostname()
+	}
+	if o.GeneratedKeyTTL == 0 {
+		o.GeneratedKeyTTL = DefaultGeneratedKeyTTL
 	}
 	if o.Journal.Now == nil {
 		o.Journal.Now = o.Now
@@ -337,6 +349,11 @@ type CallInfo struct {
 	// IdempotencyKey is the caller's key for a mutation; empty if none was
 	// given.
 	IdempotencyKey string
+	// KeyGenerated says the key was made up for a caller that sent none
+	// (by the API server, or by the Fabric itself): its result is kept
+	// Options.GeneratedKeyTTL, not for ever, since only the reply that
+	// carried the key can name it.
+	KeyGenerated bool
 	// TraceID (32 hex digits) and SpanID (16 hex digits) are the W3C trace
 	// context of the request: the caller's trace id if it sent a
 	// traceparent, a fresh one otherwise, and a span id for this request.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/internal/randid"
@@ -19,10 +20,12 @@ import (
 // in the same batch, so a crash leaves the operation either absent or whole
 // and a replay returns the first result unchanged.
 
-// MaxFork bounds the children one fork creates: the first result of every
-// mutation is kept whole under its idempotency key (journal.MaxValueSize),
-// and 2000 draft nodes fit with room to spare. Fork more in several calls.
-const MaxFork = 2_000
+// MaxFork bounds the children one fork creates, and so the journal batch
+// of one fork. The first result of every mutation is kept whole under its
+// idempotency key, up to journal.MaxResultSize: MaxFork drafts fit with a
+// logical state of 1 KiB each; a larger state times n is refused
+// (invalid argument) with nothing forked. Fork more in several calls.
+const MaxFork = 10_000
 
 // Operation names: the idempotency op and the failpoint namespace.
 const (
@@ -55,7 +58,11 @@ func (f *Fabric) mutate(ctx context.Context, op string, req any, out any, fn fun
 	if err := failpoint.Inject(fp[0]); err != nil {
 		return err
 	}
-	raw, replayed, err := journal.DoIdempotent(ctx, f.journal, ci.IdempotencyKey, op, req, func(tx journal.Tx) (any, error) {
+	ttl := time.Duration(0)
+	if ci.KeyGenerated {
+		ttl = f.opts.GeneratedKeyTTL
+	}
+	raw, replayed, err := journal.DoIdempotentFor(ctx, f.journal, ci.IdempotencyKey, op, req, ttl, func(tx journal.Tx) (any, error) {
 		return fn(tx, ci)
 	})
 	if err != nil {
@@ -78,7 +85,7 @@ func (f *Fabric) mutate(ctx context.Context, op string, req any, out any, fn fun
 func (f *Fabric) callInfo(ctx context.Context) CallInfo {
 	ci, _ := CallInfoFrom(ctx)
 	if ci.IdempotencyKey == "" {
-		ci.IdempotencyKey = "gen-" + randid.Hex(16)
+		ci.IdempotencyKey, ci.KeyGenerated = "gen-"+randid.Hex(16), true
 	}
 	if ci.TraceID == "" {
 		ci.TraceID = randid.Hex(16)
@@ -87,6 +94,29 @@ func (f *Fabric) callInfo(ctx context.Context) CallInfo {
 		ci.SpanID = randid.Hex(8)
 	}
 	return ci
+}
+
+// ExpireIdempotencyKeys deletes the recorded results of made-up keys
+// (CallInfo.KeyGenerated) older than Options.GeneratedKeyTTL, a thousand
+// per journal commit, and returns how many it deleted. esfd calls it every
+// minute.
+func (f *Fabric) ExpireIdempotencyKeys(ctx context.Context) (int, error) {
+	const batch = 1000
+	total := 0
+	for {
+		var n int
+		err := f.journal.Update(ctx, func(tx journal.Tx) (err error) {
+			n, err = journal.ExpireIdempotency(tx, tx.Now(), batch)
+			return err
+		})
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("expire idempotency keys: %w", err)
+		}
+		if n < batch {
+			return total, nil
+		}
+	}
 }
 
 // event stamps ev with the call's correlation ids and appends it.
@@ -277,6 +307,11 @@ func (f *Fabric) Fork(ctx context.Context, req ForkRequest) (ForkResult, error) 
 			n := journal.Node{NodeID: id, GroupID: parent.GroupID, Parents: []string{parent.NodeID},
 				RootID: parent.RootID, LogicalState: state, Status: journal.NodeDraft, CreatedAt: tx.Now(),
 				Provenance: journal.Provenance{Op: OpFork, IdempotencyKey: ci.IdempotencyKey, TraceID: ci.TraceID}}
+			if len(out.Nodes) == 0 {
+				if err := checkForkResult(n, req.N); err != nil {
+					return nil, err
+				}
+			}
 			if err := journal.CreateNode(tx, n); err != nil {
 				return nil, err
 			}
@@ -288,6 +323,21 @@ func (f *Fabric) Fork(ctx context.Context, req ForkRequest) (ForkResult, error) 
 		return out, nil
 	})
 	return res, err
+}
+
+// checkForkResult refuses, before anything is written, a fork whose
+// result could not be recorded: n children like first (they differ only in
+// their ids, all of one length) would pass journal.MaxResultSize.
+func checkForkResult(first journal.Node, n int) error {
+	b, err := json.Marshal(first)
+	if err != nil {
+		return err
+	}
+	if size := (len(b) + 1) * n; size > journal.MaxResultSize {
+		return fmt.Errorf("fork: %d children of %d bytes each make a result of %d bytes, over the %d a result may have; fork fewer at once: %w",
+			n, len(b), size, journal.MaxResultSize, journal.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // PromoteRequest moves a group's canonical node by compare-and-swap.

@@ -2,12 +2,15 @@ package fabric
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -124,6 +127,91 @@ func TestGraphBasics(t *testing.T) {
 	p, err := f.Prune(ctx, PruneRequest{NodeID: kids.Nodes[2].NodeID})
 	if err != nil || len(p.Pruned) != 1 {
 		t.Fatalf("prune: %+v %v", p, err)
+	}
+}
+
+// TestForkLimit: a fork of MaxFork children, each with a 1 KiB logical
+// state, is one call and replays byte for byte (its result, ~14 MB, is
+// recorded in parts); one child more is invalid; a result over the
+// journal's limit is refused whole, with nothing forked.
+func TestForkLimit(t *testing.T) {
+	f := openGraph(t)
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	state := json.RawMessage(`"` + strings.Repeat("s", 1000) + `"`)
+	req := ForkRequest{NodeID: g.Node.NodeID, N: MaxFork, LogicalState: state}
+	r1, err := f.Fork(withKey("max"), req)
+	if err != nil || len(r1.Nodes) != MaxFork {
+		t.Fatalf("fork of MaxFork children with a 1 KiB state: %d nodes, %v", len(r1.Nodes), err)
+	}
+	r2, err := f.Fork(withKey("max"), req)
+	if err != nil || !reflect.DeepEqual(r1, r2) {
+		t.Fatalf("replay of the MaxFork fork differs: %v", err)
+	}
+	if _, err := f.Fork(context.Background(), ForkRequest{NodeID: g.Node.NodeID, N: MaxFork + 1}); !errors.Is(err, journal.ErrInvalidArgument) {
+		t.Errorf("fork of MaxFork+1: %v", err)
+	}
+	big := json.RawMessage(`"` + strings.Repeat("b", 4000) + `"`)
+	if _, err := f.Fork(withKey("big"), ForkRequest{NodeID: g.Node.NodeID, N: MaxFork, LogicalState: big}); !errors.Is(err, journal.ErrInvalidArgument) {
+		t.Errorf("fork whose result is over the limit: %v", err)
+	}
+	tree, err := f.Tree(context.Background(), g.Group.GroupID)
+	if err != nil || len(tree.Nodes) != 1+MaxFork {
+		t.Fatalf("after the refused fork: %d nodes, %v; want %d", len(tree.Nodes), err, 1+MaxFork)
+	}
+}
+
+// TestGeneratedKeysExpire: the result of a mutation whose idempotency key
+// was made up (by the API or by the Fabric) replays until GeneratedKeyTTL
+// has passed and ExpireIdempotencyKeys deletes it; then the key runs
+// afresh. A caller's own key is kept for ever.
+func TestGeneratedKeysExpire(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	f, err := Open(context.Background(), Options{StateDir: t.TempDir(), Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g := newGroup(t, f, map[string]string{"a": "1"}) // a key made by the Fabric
+	req := ForkRequest{NodeID: g.Node.NodeID, N: 1}
+	apiKey := WithCallInfo(context.Background(), CallInfo{IdempotencyKey: "api-made", KeyGenerated: true})
+	first, err := f.Fork(apiKey, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := f.Fork(withKey("mine"), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expire := func() int {
+		t.Helper()
+		n, err := f.ExpireIdempotencyKeys(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	clock.Add(int64(DefaultGeneratedKeyTTL - time.Second))
+	if n := expire(); n != 0 {
+		t.Fatalf("%d keys expired before the ttl", n)
+	}
+	if again, err := f.Fork(apiKey, req); err != nil || again.Nodes[0].NodeID != first.Nodes[0].NodeID {
+		t.Fatalf("replay within the ttl forked again: %v", err)
+	}
+	clock.Add(int64(time.Second))
+	if n := expire(); n != 2 {
+		t.Fatalf("%d keys expired at the ttl, want 2 (create group, api-made)", n)
+	}
+	if again, err := f.Fork(apiKey, req); err != nil || again.Nodes[0].NodeID == first.Nodes[0].NodeID {
+		t.Fatalf("an expired made-up key replayed: %v", err)
+	}
+	clock.Add(int64(100 * DefaultGeneratedKeyTTL))
+	if n := expire(); n != 1 {
+		t.Fatalf("%d keys expired, want the api-made one recorded again", n)
+	}
+	if again, err := f.Fork(withKey("mine"), req); err != nil || again.Nodes[0].NodeID != mine.Nodes[0].NodeID {
+		t.Fatalf("a caller's key did not replay after 100 ttls: %v", err)
 	}
 }
 

@@ -64,6 +64,10 @@
 // unchanged and writes nothing; the same key with another request is
 // ErrConflict; an operation that fails records nothing. Operations that need
 // their own Update use CheckIdempotency and RecordResult inside it.
+// A result is recorded whole up to MaxResultSize: in the entry up to
+// InlineResultSize, beyond that in parts under idem-part/ with a digest in
+// the entry, so no stored value exceeds MaxValueSize; a replay whose parts
+// are missing or do not match is ErrCorrupt, never a different result.
 //
 // # What fabric does on top
 //

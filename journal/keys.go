@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 //	eval/<evaluation_id>                          Evaluation
 //	lease/<lease_id>                              Lease
 //	idem/<idempotency key>                        IdempotencyEntry
+//	idem-part/<idempotency key>/<4 digits>        part of a large recorded result
 //	counter/<name>                                8-byte big-endian uint64
 //	idx/children/<parent_id>/<child_id>           node parentage
 //	idx/group-nodes/<group_id>/<node_id>          nodes of a group
@@ -26,6 +28,7 @@ import (
 //	idx/attempt-evals/<attempt_id>/<evaluation_id>
 //	idx/node-leases/<node_id>/<lease_id>          live leases of a node
 //	idx/lease-expiry/<16 hex ns>/<lease_id>       live leases by expiry
+//	idx/idem-expiry/<16 hex ns>/<idempotency key> idempotency entries that expire
 //
 // Ids are time-ordered (see NewID), so each index lists in creation order.
 // Keys under ReservedPrefix belong to the Store implementation.
@@ -37,6 +40,7 @@ const (
 	prefixEval         = "eval/"
 	prefixLease        = "lease/"
 	prefixIdem         = "idem/"
+	prefixIdemPart     = "idem-part/"
 	prefixCounter      = "counter/"
 	prefixChildren     = "idx/children/"
 	prefixGroupNodes   = "idx/group-nodes/"
@@ -45,6 +49,7 @@ const (
 	prefixAttemptEvals = "idx/attempt-evals/"
 	prefixNodeLeases   = "idx/node-leases/"
 	prefixLeaseExpiry  = "idx/lease-expiry/"
+	prefixIdemExpiry   = "idx/idem-expiry/"
 )
 
 func recordKey(prefix, id string) []byte { return []byte(prefix + id) }
@@ -53,8 +58,26 @@ func indexKey(prefix, owner, member string) []byte {
 	return []byte(prefix + owner + "/" + member)
 }
 
-func expiryKey(t time.Time, leaseID string) []byte {
-	return []byte(fmt.Sprintf("%s%016x/%s", prefixLeaseExpiry, uint64(t.UnixNano()), leaseID))
+// expiryKey is the key of id in the expiry index under prefix: times sort
+// as 16 hex digits, so a scan up to expiryKey(prefix, now, "") lists what
+// has expired, soonest first.
+func expiryKey(prefix string, t time.Time, id string) []byte {
+	return []byte(fmt.Sprintf("%s%016x/%s", prefix, uint64(t.UnixNano()), id))
+}
+
+// scanExpired calls fn with the id and index key of every member of the
+// expiry index under prefix that expired at or before now, soonest first.
+// key is valid only during the call.
+func scanExpired(r Reader, prefix string, now time.Time, fn func(id string, key []byte) error) error {
+	end := PrefixEnd(expiryKey(prefix, now, ""))
+	return r.Scan([]byte(prefix), end, func(k, _ []byte) error {
+		rest := k[len(prefix):]
+		i := bytes.IndexByte(rest, '/')
+		if i < 0 {
+			return fmt.Errorf("expiry index key %q: %w", k, ErrCorrupt)
+		}
+		return fn(string(rest[i+1:]), k)
+	})
 }
 
 // PrefixEnd returns the smallest key greater than every key with prefix, for

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -136,14 +137,26 @@ type Lease struct {
 func (l Lease) Expired(now time.Time) bool { return !now.Before(l.ExpiresAt) }
 
 // IdempotencyEntry is the first result of a mutating operation under a key.
+// A result of up to InlineResultSize bytes is kept in the entry; a larger
+// one is stored in parts beside it (ResultParts, ResultSize and
+// ResultDigest describe them, and Result is empty in the stored record).
+// GetIdempotency returns the entry with Result whole either way.
 type IdempotencyEntry struct {
 	Key string `json:"key"`
 	Op  string `json:"op"`
 	// Fingerprint is "sha256:" and the hex SHA-256 of the op and the
 	// canonical JSON of the request (see Fingerprint).
 	Fingerprint string          `json:"fingerprint"`
-	Result      json.RawMessage `json:"result"`
-	CreatedAt   time.Time       `json:"created_at"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	// ResultParts is the number of parts of a result stored beside the
+	// entry, ResultSize its length and ResultDigest its "sha256:" digest.
+	ResultParts  int       `json:"result_parts,omitempty"`
+	ResultSize   int64     `json:"result_size,omitempty"`
+	ResultDigest string    `json:"result_digest,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	// ExpiresAt, if set, is when the entry may be deleted
+	// (ExpireIdempotency); a zero time keeps it for ever.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
 
 // Limits on caller-supplied strings, so a record stays small.
@@ -268,8 +281,22 @@ func (e *IdempotencyEntry) Validate() error {
 		CheckIdempotencyKey(e.Key),
 		checkName(e.Op, "idempotency key %q: op", e.Key),
 		check(len(e.Fingerprint) == len("sha256:")+64, "idempotency key %q: malformed fingerprint", e.Key),
-		check(len(e.Result) > 0 && json.Valid(e.Result), "idempotency key %q: result is not JSON", e.Key),
+		e.checkResult(),
+		check(e.ExpiresAt.IsZero() || e.ExpiresAt.After(e.CreatedAt), "idempotency key %q: expires before it was made", e.Key),
 	)
+}
+
+func (e *IdempotencyEntry) checkResult() error {
+	if e.ResultParts == 0 {
+		return firstErr(
+			check(e.ResultSize == 0 && e.ResultDigest == "", "idempotency key %q: result size or digest without parts", e.Key),
+			check(len(e.Result) > 0 && json.Valid(e.Result), "idempotency key %q: result is not JSON", e.Key))
+	}
+	return firstErr(
+		check(len(e.Result) == 0 || int64(len(e.Result)) == e.ResultSize, "idempotency key %q: result both inline and in parts", e.Key),
+		check(e.ResultSize > InlineResultSize && e.ResultSize <= MaxResultSize, "idempotency key %q: result of %d bytes in parts", e.Key, e.ResultSize),
+		check(int64(e.ResultParts) == (e.ResultSize+resultPartSize-1)/resultPartSize, "idempotency key %q: %d parts for %d bytes", e.Key, e.ResultParts, e.ResultSize),
+		check(len(e.ResultDigest) == len("sha256:")+64 && strings.HasPrefix(e.ResultDigest, "sha256:"), "idempotency key %q: malformed result digest", e.Key))
 }
 
 func firstErr(errs ...error) error {

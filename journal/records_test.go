@@ -210,6 +210,8 @@ func FuzzDecodeLease(f *testing.F) {
 
 func FuzzDecodeIdempotencyEntry(f *testing.F) {
 	seedRecords(f, IdempotencyEntry{Key: "k", Op: "fork", Fingerprint: "sha256:" + strings.Repeat("0", 64), Result: json.RawMessage(`{"x":1}`)})
+	seedRecords(f, IdempotencyEntry{Key: "k", Op: "fork", Fingerprint: "sha256:" + strings.Repeat("0", 64),
+		ResultParts: 2, ResultSize: resultPartSize + 1, ResultDigest: "sha256:" + strings.Repeat("1", 64)})
 	f.Fuzz(func(t *testing.T, b []byte) { fuzzDecode[IdempotencyEntry](t, b) })
 }
 

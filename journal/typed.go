@@ -490,7 +490,7 @@ func CreateLease(tx Tx, l Lease) error {
 	if err := tx.Put(indexKey(prefixNodeLeases, l.NodeID, l.LeaseID), nil); err != nil {
 		return err
 	}
-	if err := tx.Put(expiryKey(l.ExpiresAt, l.LeaseID), nil); err != nil {
+	if err := tx.Put(expiryKey(prefixLeaseExpiry, l.ExpiresAt, l.LeaseID), nil); err != nil {
 		return err
 	}
 	l.CreatedAt = orNow(l.CreatedAt, tx)
@@ -519,10 +519,10 @@ func UpdateLease(tx Tx, l Lease) error {
 		return err
 	}
 	if !l.ExpiresAt.Equal(old.ExpiresAt) {
-		if err := tx.Delete(expiryKey(old.ExpiresAt, l.LeaseID)); err != nil {
+		if err := tx.Delete(expiryKey(prefixLeaseExpiry, old.ExpiresAt, l.LeaseID)); err != nil {
 			return err
 		}
-		if err := tx.Put(expiryKey(l.ExpiresAt, l.LeaseID), nil); err != nil {
+		if err := tx.Put(expiryKey(prefixLeaseExpiry, l.ExpiresAt, l.LeaseID), nil); err != nil {
 			return err
 		}
 	}
@@ -539,7 +539,7 @@ func DeleteLease(tx Tx, id string) error {
 	for _, k := range [][]byte{
 		recordKey(prefixLease, id),
 		indexKey(prefixNodeLeases, l.NodeID, id),
-		expiryKey(l.ExpiresAt, id),
+		expiryKey(prefixLeaseExpiry, l.ExpiresAt, id),
 	} {
 		if err := tx.Delete(k); err != nil {
 			return err
@@ -557,15 +557,7 @@ func LeasesOfNode(r Reader, nodeID string) ([]string, error) {
 // before now, soonest first. It reads only the expired part of the expiry
 // index, so a reaper's cost follows the number of expired leases.
 func ExpiredLeases(r Reader, now time.Time, fn func(leaseID string) error) error {
-	end := PrefixEnd(expiryKey(now, ""))
-	return r.Scan([]byte(prefixLeaseExpiry), end, func(k, _ []byte) error {
-		rest := k[len(prefixLeaseExpiry):]
-		i := bytes.IndexByte(rest, '/')
-		if i < 0 {
-			return fmt.Errorf("lease expiry index key %q: %w", k, ErrCorrupt)
-		}
-		return fn(string(rest[i+1:]))
-	})
+	return scanExpired(r, prefixLeaseExpiry, now, func(id string, _ []byte) error { return fn(id) })
 }
 
 // NextFencingToken draws the next fencing token: a store-wide counter, so a

@@ -271,16 +271,18 @@ func idempotencyKeyFlag() cli.Flag {
 }
 
 // callOptions returns the per-call options of a mutating verb, generating
-// an idempotency key when none was given. A generated key is not printed
+// an idempotency key when none was given (and saying so: the daemon keeps
+// the result of a made-up key a day, not for ever). A generated key is not printed
 // on success (the result is the result); it is named in the error when the
 // outcome is unknown (see run), which is the only time a retry needs it.
 func (a *app) callOptions(cmd *cli.Command) api.CallOptions {
 	key := cmd.String("idempotency-key")
-	if key == "" {
+	made := key == ""
+	if made {
 		key = "esfctl-" + randid.Hex(16)
 		a.genKey = key
 	}
-	return api.CallOptions{IdempotencyKey: key}
+	return api.CallOptions{IdempotencyKey: key, KeyGenerated: made}
 }
 
 // printRaw writes a JSON response body as the daemon sent it.

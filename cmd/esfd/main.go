@@ -9,8 +9,9 @@
 // attempts' mounts and the projection server, which the next daemon adopts).
 //
 // Wiring: fabric.Open with the projection command, Recover (adopt or fail
-// the attempts a previous daemon left), the API on the socket, and a lease
-// reaper (ExpireLeases every second) that stops before the fabric closes.
+// the attempts a previous daemon left), the API on the socket, and the
+// reapers (ExpireLeases every second, ExpireIdempotencyKeys every minute)
+// that stop before the fabric closes.
 // containerd's logrus logger is routed into the daemon's slog handler.
 package main
 

@@ -79,6 +79,10 @@ func serveFlags() []cli.Flag {
 // expired. A lease's TTL is its promise; a second of slack is well within it.
 const leaseReapInterval = time.Second
 
+// keyExpiryInterval is how often the daemon deletes the results of made-up
+// idempotency keys past fabric.Options.GeneratedKeyTTL.
+const keyExpiryInterval = time.Minute
+
 func serve(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() > 0 {
 		return fmt.Errorf("unexpected arguments %q (see esfd --help)", cmd.Args().Slice())
@@ -140,6 +144,7 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	var reaper sync.WaitGroup
 	reaper.Go(func() { reapLeases(reapCtx, f, log, leaseReapInterval) })
+	reaper.Go(func() { expireKeys(reapCtx, f, log, keyExpiryInterval) })
 	// Runs before f.Close (deferred earlier): the reaper never outlives the
 	// fabric it uses.
 	defer func() {
@@ -194,6 +199,27 @@ func reapLeases(ctx context.Context, f *fabric.Fabric, log *slog.Logger, interva
 		}
 		if err != nil && ctx.Err() == nil {
 			log.Error("expire leases", "err", err)
+		}
+	}
+}
+
+// expireKeys deletes the recorded results of made-up idempotency keys
+// past their retention, every interval, until ctx ends.
+func expireKeys(ctx context.Context, f *fabric.Fabric, log *slog.Logger, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := f.ExpireIdempotencyKeys(ctx)
+		if n > 0 {
+			log.Debug("idempotency keys expired", "keys", n)
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Error("expire idempotency keys", "err", err)
 		}
 	}
 }

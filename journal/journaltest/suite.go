@@ -59,6 +59,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"EventsPaging", testEventsPaging},
 		{"Idempotency", testIdempotency},
 		{"IdempotencyConcurrent", testIdempotencyConcurrent},
+		{"IdempotencyLargeResults", testIdempotencyLargeResults},
+		{"IdempotencyExpiry", testIdempotencyExpiry},
 		{"Records", testRecords},
 		{"RecordTransitions", testRecordTransitions},
 		{"Ancestors", testAncestors},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/esf-dev/esf/api"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/internal/randid"
 	"github.com/esf-dev/esf/workspace"
@@ -96,3 +97,10 @@ func isStateClass(err error) bool {
 // newKey makes an idempotency key for one mutation, kept so that cleanup
 // can replay it.
 func newKey(op string) string { return "esf-ws-" + op + "-" + randid.Hex(12) }
+
+// keyed is the call options of a mutation under key, one newKey made up
+// for this package's own retries: the daemon forgets its result after a
+// day, not for ever.
+func keyed(key string) api.CallOptions {
+	return api.CallOptions{IdempotencyKey: key, KeyGenerated: true}
+}

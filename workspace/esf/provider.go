@@ -290,7 +290,7 @@ func (p *Provider) create(ctx context.Context, u *undo, root string) (*Session, 
 	rec := u.rec
 	u.groupKey = newKey("group")
 	u.groupReq = &fabric.CreateGroupRequest{RootID: root, Source: rec.Image, Policy: rec.policy()}
-	g, err := p.c.CreateGroup(ctx, *u.groupReq, api.CallOptions{IdempotencyKey: u.groupKey})
+	g, err := p.c.CreateGroup(ctx, *u.groupReq, keyed(u.groupKey))
 	if err != nil {
 		if !outcomeUnknown(ctx, err) {
 			u.groupReq = nil // refused: nothing to undo
@@ -325,7 +325,7 @@ func (p *Provider) startOn(ctx context.Context, u *undo, n journal.Node) error {
 	if n.Status != journal.NodeDraft {
 		u.forkKey = newKey("fork")
 		u.forkReq = &fabric.ForkRequest{NodeID: n.NodeID, N: 1, LogicalState: mark(markRun)}
-		fr, err := p.c.Fork(ctx, *u.forkReq, api.CallOptions{IdempotencyKey: u.forkKey})
+		fr, err := p.c.Fork(ctx, *u.forkReq, keyed(u.forkKey))
 		if err != nil {
 			u.node = ""
 			if !outcomeUnknown(ctx, err) {
@@ -340,7 +340,7 @@ func (p *Provider) startOn(ctx context.Context, u *undo, n journal.Node) error {
 	u.actReq = &fabric.ActivateRequest{NodeID: u.node, Executor: fabric.ExecutorRunc, TTLMillis: rec.TTLMillis,
 		NoQueue: true, MemoryBytes: p.opts.MemoryBytes, Pids: p.opts.Pids, CPUs: p.opts.CPUs,
 		Env: rec.envList(), User: p.opts.User}
-	av, err := p.c.Activate(ctx, *u.actReq, api.CallOptions{IdempotencyKey: u.actKey})
+	av, err := p.c.Activate(ctx, *u.actReq, keyed(u.actKey))
 	if err != nil {
 		if !outcomeUnknown(ctx, err) {
 			u.actReq = nil
@@ -367,14 +367,14 @@ func (p *Provider) startOn(ctx context.Context, u *undo, n journal.Node) error {
 func (p *Provider) undo(ctx context.Context, u *undo, closeGroup bool) error {
 	var errs []error
 	if u.group == nil && u.groupReq != nil {
-		g, err := p.c.CreateGroup(ctx, *u.groupReq, api.CallOptions{IdempotencyKey: u.groupKey})
+		g, err := p.c.CreateGroup(ctx, *u.groupReq, keyed(u.groupKey))
 		if err != nil {
 			return mapErr(ctx, "create group", err, false) // the group is unknown: nothing else can exist
 		}
 		u.group = g
 	}
 	if u.node == "" && u.forkReq != nil {
-		if fr, err := p.c.Fork(ctx, *u.forkReq, api.CallOptions{IdempotencyKey: u.forkKey}); err == nil {
+		if fr, err := p.c.Fork(ctx, *u.forkReq, keyed(u.forkKey)); err == nil {
 			u.node, u.ownNode = fr.Nodes[0].NodeID, true
 		} else {
 			errs = append(errs, mapErr(ctx, "fork", err, false))
@@ -383,7 +383,7 @@ func (p *Provider) undo(ctx context.Context, u *undo, closeGroup bool) error {
 	if u.att == nil && u.actReq != nil {
 		// The replay's own failure does not matter: the sweep below finds
 		// whatever either call left.
-		if av, err := p.c.Activate(ctx, *u.actReq, api.CallOptions{IdempotencyKey: u.actKey}); err == nil {
+		if av, err := p.c.Activate(ctx, *u.actReq, keyed(u.actKey)); err == nil {
 			u.att = av
 		}
 	}
@@ -449,7 +449,7 @@ func withCleanup(err, cleanup error) error {
 // hold a lease in it.
 func (p *Provider) closeGroup(ctx context.Context, groupID, rootNode string) error {
 	req := fabric.ForkRequest{NodeID: rootNode, N: 1, LogicalState: mark(markClose)}
-	if _, err := p.c.Fork(ctx, req, api.CallOptions{IdempotencyKey: newKey("close")}); err != nil {
+	if _, err := p.c.Fork(ctx, req, keyed(newKey("close"))); err != nil {
 		return mapErr(ctx, "close", err, false)
 	}
 	p.forget(groupID)

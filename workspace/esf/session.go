@@ -345,7 +345,7 @@ func (s *Session) Pause(ctx context.Context) error {
 	defer s.setBusy(false)
 	s.opsDone.Wait()
 
-	_, err := s.p.c.Suspend(ctx, fabric.SuspendRequest{AttemptID: a.id}, api.CallOptions{IdempotencyKey: newKey("suspend")})
+	_, err := s.p.c.Suspend(ctx, fabric.SuspendRequest{AttemptID: a.id}, keyed(newKey("suspend")))
 	if err == nil {
 		return nil
 	}
