@@ -143,8 +143,14 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	var reaper sync.WaitGroup
-	reaper.Go(func() { reapLeases(reapCtx, f, log, leaseReapInterval) })
-	reaper.Go(func() { expireKeys(reapCtx, f, log, keyExpiryInterval) })
+	// Attempts whose lease expired fail; the results of made-up
+	// idempotency keys past their retention are deleted.
+	reaper.Go(func() {
+		every(reapCtx, leaseReapInterval, log, slog.LevelInfo, "expire leases", "attempts_failed", f.ExpireLeases)
+	})
+	reaper.Go(func() {
+		every(reapCtx, keyExpiryInterval, log, slog.LevelDebug, "expire idempotency keys", "deleted", f.ExpireIdempotencyKeys)
+	})
 	// Runs before f.Close (deferred earlier): the reaper never outlives the
 	// fabric it uses.
 	defer func() {
@@ -182,9 +188,10 @@ func projectionCommand(state, level string) ([]string, error) {
 	return []string{exe, "fuse-server", "--state", state, "--log-level", level}, nil
 }
 
-// reapLeases fails attempts whose lease expired, every interval, until ctx
-// ends.
-func reapLeases(ctx context.Context, f *fabric.Fabric, log *slog.Logger, interval time.Duration) {
+// every runs task (named what) every interval until ctx ends, and logs
+// what it did (the count n under key, at level, when n > 0) and its errors.
+func every(ctx context.Context, interval time.Duration, log *slog.Logger, level slog.Level, what, key string,
+	task func(context.Context) (int, error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -193,33 +200,12 @@ func reapLeases(ctx context.Context, f *fabric.Fabric, log *slog.Logger, interva
 			return
 		case <-t.C:
 		}
-		n, err := f.ExpireLeases(ctx)
+		n, err := task(ctx)
 		if n > 0 {
-			log.Info("leases expired", "attempts_failed", n)
+			log.Log(ctx, level, what, key, n)
 		}
 		if err != nil && ctx.Err() == nil {
-			log.Error("expire leases", "err", err)
-		}
-	}
-}
-
-// expireKeys deletes the recorded results of made-up idempotency keys
-// past their retention, every interval, until ctx ends.
-func expireKeys(ctx context.Context, f *fabric.Fabric, log *slog.Logger, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		n, err := f.ExpireIdempotencyKeys(ctx)
-		if n > 0 {
-			log.Debug("idempotency keys expired", "keys", n)
-		}
-		if err != nil && ctx.Err() == nil {
-			log.Error("expire idempotency keys", "err", err)
+			log.Error(what, "err", err)
 		}
 	}
 }
