@@ -33,6 +33,10 @@ if [ "$(id -u)" -ne 0 ]; then
 	exit 0
 fi
 
+# One installer at a time: several make runs on one machine share dpkg's lock.
+exec 9>/var/lock/esf-deps.lock
+flock 9
+
 echo "deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
