@@ -95,6 +95,9 @@ type Entry struct {
 	// has a single link.
 	LinkGroup string `json:"link_group,omitempty"`
 	Nlink     uint32 `json:"nlink,omitempty"`
+	// Holes are the ranges of a sparse file that hold no data (see Hole);
+	// nil for a file without holes and for every other type.
+	Holes []Hole `json:"holes,omitempty"`
 }
 
 // Lookup finds name among t's entries.
@@ -114,12 +117,22 @@ func (t *Tree) Lookup(name string) (*Entry, bool) {
 //	count entry*                           (sorted by name, unique)
 //	entry  = name type (dir: id[32]) |
 //	         (mode uid gid mtime payload xattrs link)
-//	payload = file: size id[32] | symlink: target | char/block: major minor | fifo: -
+//	payload = file: size id[32] | symlink: target | char/block: major minor | fifo: - |
+//	          sparse file: size id[32] holes
+//	holes  = count (gap length)*           (count >= 1; gap from the end of the previous hole)
 //	xattrs = count (name value)*           (sorted by name, unique)
 //	link   = group (empty: none) [nlink when group is set]
 //
+// A file with holes is written with the type byte TypeFile|typeHoles and
+// decodes to a TypeFile entry with Holes set: a tree without sparse files
+// encodes exactly as before holes were recorded, so its id never changed.
+//
 // Decode accepts exactly what Encode produces, so one tree has one id.
 var treeMagic = []byte("ESFT\x01")
+
+// typeHoles marks, in an encoded entry's type byte, a file followed by its
+// holes. No Type has this bit.
+const typeHoles = 0x80
 
 const minEntryLen = 9
 
@@ -148,7 +161,11 @@ func appendTree(b []byte, t *Tree) []byte {
 	for i := range t.Entries {
 		e := &t.Entries[i]
 		b = appendString(b, e.Name)
-		b = append(b, byte(e.Type))
+		if e.Type == TypeFile && len(e.Holes) > 0 {
+			b = append(b, byte(e.Type)|typeHoles)
+		} else {
+			b = append(b, byte(e.Type))
+		}
 		if e.Type == TypeDir {
 			b = append(b, e.ID[:]...)
 			continue
@@ -158,6 +175,9 @@ func appendTree(b []byte, t *Tree) []byte {
 		case TypeFile:
 			b = binary.AppendUvarint(b, uint64(e.Size))
 			b = append(b, e.ID[:]...)
+			if len(e.Holes) > 0 {
+				b = appendHoles(b, e.Holes)
+			}
 		case TypeSymlink:
 			b = appendString(b, e.Target)
 		case TypeCharDev, TypeBlockDev:
@@ -346,7 +366,12 @@ func (d *decoder) tree() *Tree {
 	for range n {
 		var e Entry
 		e.Name = string(d.bytes(MaxNameLen))
-		e.Type = Type(d.byte1())
+		typ := d.byte1()
+		holes := typ == byte(TypeFile)|typeHoles
+		if holes {
+			typ = byte(TypeFile)
+		}
+		e.Type = Type(typ)
 		if e.Type == TypeDir {
 			e.ID = d.id()
 		} else {
@@ -355,6 +380,9 @@ func (d *decoder) tree() *Tree {
 			case TypeFile:
 				e.Size = int64(d.uvarint(1<<63 - 1))
 				e.ID = d.id()
+				if holes {
+					e.Holes = d.holes()
+				}
 			case TypeSymlink:
 				e.Target = string(d.bytes(MaxTargetLen))
 				e.Size = int64(len(e.Target))
@@ -406,6 +434,9 @@ func (t *Tree) Validate() error {
 
 func validateEntry(e *Entry) error {
 	bad := func(what string) error { return fmt.Errorf("%s: %w", what, ErrInvalidArgument) }
+	if e.Type != TypeFile && len(e.Holes) > 0 {
+		return bad("holes in a non-file")
+	}
 	if e.Type == TypeDir {
 		if e.Attr.Mode != 0 || e.UID != 0 || e.GID != 0 || e.MtimeNs != 0 || len(e.Xattrs) != 0 ||
 			e.Size != 0 || e.Target != "" || e.Major != 0 || e.Minor != 0 || e.LinkGroup != "" || e.Nlink != 0 {
@@ -429,6 +460,9 @@ func validateEntry(e *Entry) error {
 		}
 		if e.Target != "" || e.Major != 0 || e.Minor != 0 {
 			return bad("file with symlink or device fields")
+		}
+		if err := validateHoles(e.Holes, e.Size); err != nil {
+			return err
 		}
 	case TypeSymlink:
 		if e.Target == "" || len(e.Target) > MaxTargetLen || strings.IndexByte(e.Target, 0) >= 0 {

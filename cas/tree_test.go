@@ -113,6 +113,8 @@ func TestTreeRejectsNonCanonical(t *testing.T) {
 func FuzzDecodeTree(f *testing.F) {
 	raw, _ := EncodeTree(sampleTree())
 	f.Add(raw)
+	sparse, _ := EncodeTree(sparseTree())
+	f.Add(sparse)
 	empty, _ := EncodeTree(&Tree{})
 	f.Add(empty)
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/esf-dev/esf/cas"
@@ -52,9 +53,10 @@ const (
 	MetaMtime                   // modification time
 	MetaXattrs                  // extended attributes
 	MetaLink                    // hard-link group name or link count
+	MetaHoles                   // a file's holes (its sparse layout)
 )
 
-var metaNames = []string{"mode", "owner", "mtime", "xattrs", "link"}
+var metaNames = []string{"mode", "owner", "mtime", "xattrs", "link", "holes"}
 
 func (m Meta) String() string {
 	var parts []string
@@ -176,6 +178,7 @@ func cloneAttr(a cas.Attr) cas.Attr {
 func cloneEntry(e *cas.Entry) *cas.Entry {
 	c := *e
 	c.Attr = cloneAttr(e.Attr)
+	c.Holes = slices.Clone(e.Holes)
 	return &c
 }
 
@@ -344,7 +347,8 @@ func (d *differ) below(p string, t *cas.Tree, kind Kind) error {
 func EntriesEqual(a, b *cas.Entry) bool {
 	return a.Name == b.Name && a.Type == b.Type && a.ID == b.ID && a.Size == b.Size &&
 		a.Target == b.Target && a.Major == b.Major && a.Minor == b.Minor &&
-		a.LinkGroup == b.LinkGroup && a.Nlink == b.Nlink && attrDiff(&a.Attr, &b.Attr) == 0
+		a.LinkGroup == b.LinkGroup && a.Nlink == b.Nlink && slices.Equal(a.Holes, b.Holes) &&
+		attrDiff(&a.Attr, &b.Attr) == 0
 }
 
 // sameContent compares what a non-directory holds, for entries of one type.
@@ -358,6 +362,9 @@ func EntryMetaDiff(a, b *cas.Entry) Meta {
 	m := attrDiff(&a.Attr, &b.Attr)
 	if a.LinkGroup != b.LinkGroup || a.Nlink != b.Nlink {
 		m |= MetaLink
+	}
+	if !slices.Equal(a.Holes, b.Holes) {
+		m |= MetaHoles
 	}
 	return m
 }
