@@ -91,7 +91,7 @@ func mount(t *testing.T, st cas.Getter, root cas.ID) (*FS, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	dir := sharedTempDir(t) // other users reach it in the access tests
 	srv, err := Mount(dir, f)
 	if err != nil {
 		t.Fatal(err)

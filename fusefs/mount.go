@@ -8,8 +8,10 @@ import (
 )
 
 // Mount serves the projection at dir until the returned server is
-// unmounted. The kernel enforces read-only access ("ro") and permission
-// bits ("default_permissions"); other users may read ("allow_other"), so a
+// unmounted. The kernel enforces read-only access ("ro"), permission bits
+// ("default_permissions") and POSIX ACLs (FUSE_POSIX_ACL, which asks the
+// kernel to read system.posix_acl_* through getxattr and check them as on
+// any disk filesystem); other users may read ("allow_other"), so a
 // container running as another uid sees its tree.
 func Mount(dir string, f *FS) (*fuse.Server, error) {
 	timeout := f.opts.Timeout
@@ -23,8 +25,12 @@ func Mount(dir string, f *FS) (*fuse.Server, error) {
 			MaxWrite:      1 << 20,
 			MaxReadAhead:  1 << 20,
 			DirectMount:   true,
+			EnableAcl:     true,
 			Debug:         f.opts.Debug,
 		},
+		// Mode 0000 is a mode: without this go-fuse shows it as 0644 or
+		// 0755, and a 0000 /etc/shadow becomes readable by everyone.
+		NullPermissions: true,
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
 		NegativeTimeout: &timeout,

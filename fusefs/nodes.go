@@ -10,6 +10,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/cas"
 )
@@ -239,6 +240,7 @@ type leafNode struct {
 
 var (
 	_ fs.NodeGetattrer   = (*leafNode)(nil)
+	_ fs.NodeLseeker     = (*leafNode)(nil)
 	_ fs.NodeOpener      = (*leafNode)(nil)
 	_ fs.NodeReadlinker  = (*leafNode)(nil)
 	_ fs.NodeGetxattrer  = (*leafNode)(nil)
@@ -251,7 +253,9 @@ func (n *leafNode) fillAttr(out *fuse.Attr) {
 	out.Mode = typeMode(e.Type) | e.Mode
 	out.Ino = n.ino
 	out.Size = uint64(e.Size)
-	out.Blocks = (out.Size + 511) / 512
+	// The allocation a disk filesystem with 4 KiB blocks reports: every
+	// block that holds data, none for holes.
+	out.Blocks = uint64(cas.DataBlocks(e.Holes, e.Size, blockSize)) * (blockSize / 512)
 	out.Nlink = 1
 	if e.Nlink > 1 {
 		out.Nlink = e.Nlink
@@ -265,6 +269,30 @@ func (n *leafNode) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut
 	n.fillAttr(&out.Attr)
 	out.SetTimeout(n.fsys.opts.Timeout)
 	return 0
+}
+
+// Lseek answers SEEK_DATA and SEEK_HOLE from the holes the tree records
+// (the kernel handles the other whences itself). Overlayfs's copy-up and
+// cp, tar and rsync skip holes this way, so a sparse file stays sparse
+// when it is copied out of the projection.
+func (n *leafNode) Lseek(_ context.Context, _ fs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if off > 1<<63-1 {
+		return 0, syscall.ENXIO
+	}
+	var got int64
+	var ok bool
+	switch whence {
+	case unix.SEEK_DATA:
+		got, ok = cas.SeekData(n.entry.Holes, n.entry.Size, int64(off))
+	case unix.SEEK_HOLE:
+		got, ok = cas.SeekHole(n.entry.Holes, n.entry.Size, int64(off))
+	default:
+		return 0, syscall.EINVAL
+	}
+	if !ok {
+		return 0, syscall.ENXIO
+	}
+	return uint64(got), 0
 }
 
 func (n *leafNode) Readlink(context.Context) ([]byte, syscall.Errno) {
@@ -419,8 +447,12 @@ func fillCommon(out *fuse.Attr, a *cas.Attr) {
 	out.Mtime, out.Mtimensec = sec, nsec
 	out.Atime, out.Atimensec = sec, nsec
 	out.Ctime, out.Ctimensec = sec, nsec
-	out.Blksize = 4096
+	out.Blksize = blockSize
 }
+
+// blockSize is the block size the projection reports, that of a disk
+// filesystem.
+const blockSize = 4096
 
 func typeMode(t cas.Type) uint32 {
 	switch t {
