@@ -388,7 +388,7 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 		e.Type = cas.TypeDir
 	case unix.S_IFREG:
 		e.Type = cas.TypeFile
-		e.ID, e.Size, err = d.file(ctx, p, &st, buf.get())
+		e.ID, e.Size, e.Holes, err = d.file(ctx, p, &st, buf.get())
 		if err != nil {
 			return r, err
 		}
@@ -425,23 +425,28 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 // drops its temp copy, unpublished, if the content turns out stored. A
 // wrong guess costs a second hashing pass, or a discarded temp file. Memory
 // stays at one buffer per worker (plus the store's pipeline) either way.
-func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []byte) (cas.ID, int64, error) {
+func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []byte) (cas.ID, int64, []cas.Hole, error) {
 	// O_NONBLOCK: should p have been swapped for a fifo since the lstat,
 	// the open must not hang (the fstat check below then fails).
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return cas.ZeroID, 0, walkError("import", p, err)
+		return cas.ZeroID, 0, nil, walkError("import", p, err)
 	}
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
 	var fst unix.Stat_t
 	if err := unix.Fstat(fd, &fst); err != nil {
-		return cas.ZeroID, 0, walkError("import", p, err)
+		return cas.ZeroID, 0, nil, walkError("import", p, err)
 	}
 	if fst.Dev != st.Dev || fst.Ino != st.Ino {
-		return cas.ZeroID, 0, fmt.Errorf("import %s: changed during import: %w", p, errdefs.ErrConflict)
+		return cas.ZeroID, 0, nil, fmt.Errorf("import %s: changed during import: %w", p, errdefs.ErrConflict)
 	}
-	r := ctxReader{ctx: ctx, r: f}
+	holes, err := fileHoles(fd, &fst)
+	if err != nil {
+		return cas.ZeroID, 0, nil, readError(ctx, p, err)
+	}
+	hc := &holeCheck{r: f, holes: holes, size: fst.Size}
+	r := ctxReader{ctx: ctx, r: hc}
 	n, err := io.ReadFull(r, buf)
 	d.prog.add(int64(n))
 	switch err {
@@ -450,16 +455,17 @@ func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []b
 		id := cas.Sum(data)
 		d.checkSize(p, st, int64(n))
 		if _, _, err := d.obj.putBytes(ctx, data, id); err != nil {
-			return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
+			return cas.ZeroID, 0, nil, fmt.Errorf("import %s: %w", p, err)
 		}
-		return id, int64(n), nil
+		return id, int64(n), hc.result(int64(n)), nil
 	case nil:
 	default:
-		return cas.ZeroID, 0, readError(ctx, p, err)
+		return cas.ZeroID, 0, nil, readError(ctx, p, err)
 	}
 
 	if !d.hashFirst.Load() {
-		return d.streamFile(ctx, p, st, f, buf[:n])
+		id, size, err := d.streamFile(ctx, p, st, hc, buf[:n])
+		return id, size, hc.result(size), err
 	}
 	h := cas.NewHasher()
 	h.Write(buf)
@@ -473,41 +479,41 @@ func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []b
 			break
 		}
 		if err != nil {
-			return cas.ZeroID, 0, readError(ctx, p, err)
+			return cas.ZeroID, 0, nil, readError(ctx, p, err)
 		}
 	}
 	id := cas.IDFromHash(h)
 	d.checkSize(p, st, size)
 	has, err := d.st.Has(ctx, id)
 	if err != nil {
-		return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
+		return cas.ZeroID, 0, nil, fmt.Errorf("import %s: %w", p, err)
 	}
 	if has {
-		return id, size, nil
+		return id, size, hc.result(size), nil
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return cas.ZeroID, 0, readError(ctx, p, err)
+		return cas.ZeroID, 0, nil, readError(ctx, p, err)
 	}
 	// New content after all: guess so for the next large file.
 	d.hashFirst.Store(false)
 	info, _, err := d.obj.put(ctx, ctxReader{ctx: ctx, r: f})
 	if err != nil {
 		if ctx.Err() != nil {
-			return cas.ZeroID, 0, context.Cause(ctx)
+			return cas.ZeroID, 0, nil, context.Cause(ctx)
 		}
-		return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
+		return cas.ZeroID, 0, nil, fmt.Errorf("import %s: %w", p, err)
 	}
 	if info.ID != id {
 		// What is stored is what the tree must name.
 		d.opts.Logger.Warn("import: file changed as we read it", "path", p)
-		return info.ID, info.Size, nil
+		return info.ID, info.Size, nil, nil
 	}
-	return id, size, nil
+	return id, size, hc.result(size), nil
 }
 
-// streamFile stores the large file f, whose first bytes (already read and
-// counted) are head, in one pass: the store hashes what it writes.
-func (d *dirImport) streamFile(ctx context.Context, p string, st *unix.Stat_t, f *os.File, head []byte) (cas.ID, int64, error) {
+// streamFile stores the large file read by f, whose first bytes (already
+// read and counted) are head, in one pass: the store hashes what it writes.
+func (d *dirImport) streamFile(ctx context.Context, p string, st *unix.Stat_t, f io.Reader, head []byte) (cas.ID, int64, error) {
 	r := io.MultiReader(bytes.NewReader(head), &progressReader{r: ctxReader{ctx: ctx, r: f}, prog: d.prog})
 	info, created, err := d.obj.put(ctx, r)
 	if err != nil {

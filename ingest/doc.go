@@ -36,6 +36,13 @@
 //     is. Random bytes never panic (FuzzTar).
 //   - Sockets (and tar entry types without a tree form) are skipped, logged
 //     as warnings and listed in Stats.Skipped.
+//   - Holes: Dir and Upper record a sparse file's holes as its filesystem
+//     reports them (SEEK_HOLE/SEEK_DATA, asked only of files that take
+//     fewer blocks than their size), so a seal keeps what the attempt
+//     showed. The blob holds every byte either way. Every byte read from a
+//     hole must be zero, or the file changed while it was read and its
+//     holes are dropped: a tree never claims a hole where its blob holds
+//     data.
 //
 // Dir crosses mount points: it imports what a reader of the path sees, as
 // tar does by default, and groups hard links by device and inode.
