@@ -14,6 +14,11 @@
 //     system.posix_acl_* xattrs on both sides (that command stores them
 //     so); the text records of GNU tar's --acls (SCHILY.acl.*) are not
 //     converted.
+//     Sparse files need --sparse as well: Tar takes the holes of a member
+//     the archive stores sparse (GNU's old format or its PAX records) from
+//     the archive itself, at 4 KiB granularity (a block the tar reader
+//     fills without reading the archive is a hole); a dense member is
+//     dense, however many zeros it holds.
 //   - Re-importing writes nothing: Dir hashes every file before it asks
 //     the store (Has) and only then Puts; trees go through the same check.
 //     Tar streams can only do that for members up to 1 MiB (buffered);

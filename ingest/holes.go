@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"archive/tar"
 	"bytes"
 	"errors"
 	"io"
@@ -114,4 +115,85 @@ func allZero(b []byte) bool {
 		b = b[n:]
 	}
 	return true
+}
+
+// archiveCounter counts the bytes a tar reader takes from its archive:
+// for a member the archive stores sparse, the tar reader makes up the
+// zeros of the holes without reading anything, so a block that cost no
+// archive bytes was a hole.
+type archiveCounter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *archiveCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// sparseMember reports whether the archive stores hdr's member sparse:
+// the old GNU format or GNU's PAX records (versions 0.0, 0.1 and 1.0).
+func sparseMember(hdr *tar.Header) bool {
+	return hdr.Typeflag == tar.TypeGNUSparse || hdr.PAXRecords["GNU.sparse.major"] != "" ||
+		hdr.PAXRecords["GNU.sparse.map"] != ""
+}
+
+// holeBlock is the granularity of holes found in a tar member: a
+// filesystem's block, which is what a sparse map made from SEEK_HOLE
+// describes.
+const holeBlock = 4096
+
+// tarHoles reads a sparse tar member one block at a time and records as
+// holes the blocks for which the archive held no bytes, so the tree gets
+// the member's sparse map (at block granularity), not a guess from zeros.
+type tarHoles struct {
+	r       io.Reader // the member
+	archive *archiveCounter
+	pos     int64
+	holes   []cas.Hole
+	buf     [holeBlock]byte
+	pending []byte // read from r, not yet returned
+	err     error
+}
+
+func (h *tarHoles) Read(p []byte) (int, error) {
+	if len(h.pending) == 0 {
+		if h.err != nil {
+			return 0, h.err
+		}
+		before := h.archive.n
+		n, err := io.ReadFull(h.r, h.buf[:])
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = io.EOF
+		}
+		h.err = err
+		if n > 0 && h.archive.n == before && allZero(h.buf[:n]) {
+			h.hole(h.pos, int64(n))
+		}
+		h.pos += int64(n)
+		h.pending = h.buf[:n]
+		if n == 0 {
+			return 0, h.err
+		}
+	}
+	n := copy(p, h.pending)
+	h.pending = h.pending[n:]
+	return n, nil
+}
+
+func (h *tarHoles) hole(off, n int64) {
+	if k := len(h.holes); k > 0 && h.holes[k-1].End() == off {
+		h.holes[k-1].Len += n
+		return
+	}
+	h.holes = append(h.holes, cas.Hole{Off: off, Len: n})
+}
+
+// result is the holes to record for a member of size bytes.
+func (h *tarHoles) result(size int64) []cas.Hole {
+	if h.pos != size {
+		return nil
+	}
+	return h.holes
 }

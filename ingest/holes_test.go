@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -156,5 +158,55 @@ func TestHoleCheck(t *testing.T) {
 	read(c)
 	if c.result(int64(len(ok))) == nil {
 		t.Error("data outside the holes dropped them")
+	}
+}
+
+// A tar that stores sparse members (GNU tar --sparse, in each of its
+// formats) imports to the same root as the directory it was made from:
+// the holes come from the archive's sparse map, not from looking for zeros.
+// Dense members stay dense, zeros and all.
+func TestTarSparseMatchesDir(t *testing.T) {
+	if _, err := exec.LookPath("tar"); err != nil {
+		t.Skip("GNU tar not installed")
+	}
+	root := t.TempDir()
+	const big = 8<<20 + 1
+	makeSparse(t, filepath.Join(root, "big"), big, map[int64]string{1 << 20: "data at 1 MiB", big - 1: "x"})
+	makeSparse(t, filepath.Join(root, "small"), 512<<10, map[int64]string{64 << 10: "mid"})
+	makeSparse(t, filepath.Join(root, "all-hole"), 3<<20, nil)
+	writeFile(t, filepath.Join(root, "zeros"), make([]byte, 2<<20), 0o644) // dense
+	if len(sourceHoles(t, filepath.Join(root, "big"))) == 0 {
+		t.Skip("this filesystem keeps no holes")
+	}
+	for _, p := range []string{"", "big", "small", "all-hole", "zeros"} {
+		must(t, os.Chtimes(filepath.Join(root, p), time.Unix(1, 0), time.Unix(1, 0)))
+	}
+	ctx := context.Background()
+	st := newStore()
+	want, err := Dir(ctx, st, root, Options{})
+	must(t, err)
+	es := flatten(t, st, want.Root)
+	if es["big"].Holes == nil || es["zeros"].Holes != nil {
+		t.Fatalf("dir import: big holes %v, zeros holes %v", es["big"].Holes, es["zeros"].Holes)
+	}
+	for _, format := range []string{"posix", "gnu"} {
+		t.Run(format, func(t *testing.T) {
+			cmd := exec.Command("tar", "--format="+format, "--sparse", "--numeric-owner", "-C", root, "-cf", "-", ".")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			data, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("tar: %v: %s", err, stderr.String())
+			}
+			if len(data) > 4<<20 { // 2 MiB of dense zeros, the rest sparse
+				t.Fatalf("GNU tar wrote %d bytes: not sparse", len(data))
+			}
+			got, err := Tar(ctx, st, bytes.NewReader(data), Options{})
+			must(t, err)
+			if got.Root != want.Root {
+				diffTrees(t, st, want.Root, got.Root)
+				t.Fatalf("tar root %s, dir root %s", got.Root.Short(), want.Root.Short())
+			}
+		})
 	}
 }

@@ -136,11 +136,11 @@ func decompress(src *source) (io.Reader, func(), error) {
 // src is the raw input, which tells input failures from malformed content.
 func applyTar(ctx context.Context, obj *objects, b *cas.Builder, r io.Reader, layer bool, opts Options, src *source) (Stats, error) {
 	sk := newSink(ctx, obj, opts.Workers)
-	a := &tarApplier{obj: obj, b: b, opts: opts, src: src, sink: sk, layer: layer}
+	a := &tarApplier{obj: obj, b: b, opts: opts, src: src, sink: sk, layer: layer, archive: &archiveCounter{r: r}}
 	if layer {
 		a.staged, a.above = map[string]bool{}, map[string]bool{}
 	}
-	err := sk.close(a.run(sk.ctx, tar.NewReader(r)))
+	err := sk.close(a.run(sk.ctx, tar.NewReader(a.archive)))
 	if err != nil {
 		return Stats{}, err
 	}
@@ -152,13 +152,14 @@ func applyTar(ctx context.Context, obj *objects, b *cas.Builder, r io.Reader, la
 // entries replace earlier ones, links need their target staged), on the
 // caller's goroutine; only storing small content runs on the sink.
 type tarApplier struct {
-	obj   *objects
-	b     *cas.Builder
-	opts  Options
-	src   *source
-	sink  *sink
-	layer bool
-	s     Stats
+	obj     *objects
+	archive *archiveCounter // what the tar reader read, for holes
+	b       *cas.Builder
+	opts    Options
+	src     *source
+	sink    *sink
+	layer   bool
+	s       Stats
 	// Layer mode: the paths this layer staged and every directory above
 	// one, so whiteouts can spare them.
 	staged, above map[string]bool
@@ -208,7 +209,7 @@ func (a *tarApplier) entry(ctx context.Context, tr *tar.Reader, hdr *tar.Header)
 		e.Type = cas.TypeDir
 	case tar.TypeReg, tar.TypeCont, tar.TypeGNUSparse:
 		e.Type = cas.TypeFile
-		if e.ID, e.Size, err = a.file(ctx, tr, hdr); err != nil {
+		if e.ID, e.Size, e.Holes, err = a.file(ctx, tr, hdr); err != nil {
 			return err
 		}
 	case tar.TypeLink:
@@ -264,33 +265,45 @@ func (a *tarApplier) entry(ctx context.Context, tr *tar.Reader, hdr *tar.Header)
 
 // file stores the content of the current member. Small members are read
 // whole, hashed here and stored by the sink; larger ones are streamed
-// into Put.
-func (a *tarApplier) file(ctx context.Context, tr *tar.Reader, hdr *tar.Header) (cas.ID, int64, error) {
+// into Put. A member the archive stores sparse gets its holes.
+func (a *tarApplier) file(ctx context.Context, tr *tar.Reader, hdr *tar.Header) (cas.ID, int64, []cas.Hole, error) {
+	var r io.Reader = tr
+	var th *tarHoles
+	if sparseMember(hdr) {
+		th = &tarHoles{r: tr, archive: a.archive}
+		r = th
+	}
+	holes := func(size int64) []cas.Hole {
+		if th == nil {
+			return nil
+		}
+		return th.result(size)
+	}
 	if hdr.Size <= smallFileMax {
 		data := make([]byte, hdr.Size)
-		if _, err := io.ReadFull(tr, data); err != nil {
-			return cas.ZeroID, 0, a.src.classify(fmt.Sprintf("tar entry %q", hdr.Name), err)
+		if _, err := io.ReadFull(r, data); err != nil {
+			return cas.ZeroID, 0, nil, a.src.classify(fmt.Sprintf("tar entry %q", hdr.Name), err)
 		}
 		id := cas.Sum(data)
 		a.s.Bytes += hdr.Size
 		if err := a.sink.submit(data, id); err != nil {
-			return cas.ZeroID, 0, err
+			return cas.ZeroID, 0, nil, err
 		}
-		return id, hdr.Size, nil
+		return id, hdr.Size, holes(hdr.Size), nil
 	}
-	rec := &readRecorder{r: tr}
+	rec := &readRecorder{r: r}
 	info, _, err := a.obj.put(ctx, rec)
 	if err != nil {
 		if rec.err != nil {
-			return cas.ZeroID, 0, a.src.classify(fmt.Sprintf("tar entry %q", hdr.Name), rec.err)
+			return cas.ZeroID, 0, nil, a.src.classify(fmt.Sprintf("tar entry %q", hdr.Name), rec.err)
 		}
 		if ctx.Err() != nil {
-			return cas.ZeroID, 0, context.Cause(ctx)
+			return cas.ZeroID, 0, nil, context.Cause(ctx)
 		}
-		return cas.ZeroID, 0, fmt.Errorf("tar entry %q: store: %w", hdr.Name, err)
+		return cas.ZeroID, 0, nil, fmt.Errorf("tar entry %q: store: %w", hdr.Name, err)
 	}
 	a.s.Bytes += info.Size
-	return info.ID, info.Size, nil
+	return info.ID, info.Size, holes(info.Size), nil
 }
 
 // readRecorder remembers the first error of r, to tell a failing input
