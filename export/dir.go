@@ -281,9 +281,18 @@ func (x *dirExporter) file(dirfd int, e *cas.Entry, rel string) (err error) {
 			unix.Unlinkat(dirfd, tmp, 0)
 		}
 	}()
-	n, err := copyBlob(x.ctx, x.g, e, fdWriter(fd), x.buf, x.opts.Progress)
+	var w io.Writer = fdWriter(fd)
+	if len(e.Holes) > 0 {
+		w = &sparseWriter{fd: fd, holes: e.Holes}
+	}
+	n, err := copyBlob(x.ctx, x.g, e, w, x.buf, x.opts.Progress)
 	if err != nil {
 		return err
+	}
+	if len(e.Holes) > 0 {
+		if err := unix.Ftruncate(fd, n); err != nil {
+			return fmt.Errorf("truncate: %w", err)
+		}
 	}
 	if x.chown {
 		if err := unix.Fchown(fd, int(e.UID), int(e.GID)); err != nil {

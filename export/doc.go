@@ -59,6 +59,13 @@
 // names, PAX mtimes to the nanosecond, xattrs as SCHILY.xattr.* records, no
 // atime or ctime, hard links as TypeLink to the first member's name.
 //
+// Holes: ToDir writes a sparse file's data at its offsets and leaves the
+// holes its entry records unwritten (then truncates the file to its size),
+// so the file on disk is as sparse as the tree says; a hole whose bytes are
+// not all zero in the blob is ErrCorrupt. Tar output is dense: archive/tar
+// cannot write GNU sparse members, and extractors read dense members back
+// the same bytes.
+//
 // Content is streamed through one reusable buffer per export; a blob that
 // does not match its id (the Getter's reader ends in cas.ErrCorrupt) or its
 // entry's size fails the export with ErrCorrupt. Descriptors: one per

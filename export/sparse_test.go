@@ -1,0 +1,121 @@
+package export
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/cas/mem"
+)
+
+// holesOf maps p's holes the way any reader of the directory would.
+func holesOf(t *testing.T, p string) []cas.Hole {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	fd, size := int(f.Fd()), fi.Size()
+	var hs []cas.Hole
+	for pos := int64(0); pos < size; {
+		hole, err := unix.Seek(fd, pos, unix.SEEK_HOLE)
+		if err != nil || hole >= size {
+			break
+		}
+		data, err := unix.Seek(fd, hole, unix.SEEK_DATA)
+		if err != nil {
+			data = size
+		}
+		hs = append(hs, cas.Hole{Off: hole, Len: data - hole})
+		pos = data
+	}
+	return hs
+}
+
+// A directory export writes a sparse file's data and leaves its holes
+// unwritten: the file is as sparse as the tree says, and reads the same.
+func TestToDirKeepsHoles(t *testing.T) {
+	s := mem.New()
+	const size = 8<<20 + 1
+	content := make([]byte, size)
+	copy(content[1<<20:], "data at 1 MiB")
+	content[size-1] = 'x'
+	id, _ := putBlob(t, s, string(content))
+	tail, _ := putBlob(t, s, string(make([]byte, 3<<20)))
+	entries := map[string]cas.Entry{
+		"sparse": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o640}, Size: size, ID: id,
+			Holes: []cas.Hole{{Off: 0, Len: 1 << 20}, {Off: 1<<20 + 4096, Len: 7<<20 - 4096}}},
+		"all-hole": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 3 << 20, ID: tail,
+			Holes: []cas.Hole{{Off: 0, Len: 3 << 20}}},
+		"dense": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: size, ID: id},
+	}
+	b := cas.NewBuilder(s, cas.ZeroID)
+	for p, e := range entries {
+		if err := b.Put(context.Background(), p, e, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := b.Write(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(t.TempDir(), "out")
+	if _, err := ToDir(context.Background(), s, root, dest, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, e := range entries {
+		p := filepath.Join(dest, name)
+		st := lstat(t, p)
+		if st.Size != e.Size || st.Mode&0o7777 != e.Mode {
+			t.Errorf("%s: size %d mode %o", name, st.Size, st.Mode&0o7777)
+		}
+		if got := holesOf(t, p); !slices.Equal(got, e.Holes) {
+			t.Errorf("%s: holes on disk %v, tree %v", name, got, e.Holes)
+		}
+		if want := cas.DataBlocks(e.Holes, e.Size, 4096) * 8; st.Blocks != want {
+			t.Errorf("%s: %d blocks, want %d", name, st.Blocks, want)
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(dest, "sparse"))
+	if err != nil || !bytes.Equal(got, content) {
+		t.Errorf("sparse file reads %d bytes, %v; want its content", len(got), err)
+	}
+}
+
+// A tree whose holes cover data lies about its file: the export fails
+// with ErrCorrupt and leaves no file under the final name.
+func TestToDirHoleOverDataIsCorrupt(t *testing.T) {
+	s := mem.New()
+	content := make([]byte, 1<<20)
+	content[700_000] = 1
+	id, _ := putBlob(t, s, string(content))
+	b := cas.NewBuilder(s, cas.ZeroID)
+	e := cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 1 << 20, ID: id,
+		Holes: []cas.Hole{{Off: 4096, Len: 1<<20 - 4096}}}
+	if err := b.Put(context.Background(), "f", e, ""); err != nil {
+		t.Fatal(err)
+	}
+	root, err := b.Write(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(t.TempDir(), "out")
+	if _, err := ToDir(context.Background(), s, root, dest, Options{}); !errors.Is(err, cas.ErrCorrupt) {
+		t.Fatalf("err = %v, want ErrCorrupt", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dest, "f")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the file exists under its final name (lstat err %v)", err)
+	}
+	if left := tempLeftovers(t, dest); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
