@@ -1,6 +1,7 @@
 package cas
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 )
@@ -134,3 +135,59 @@ func DataBlocks(hs []Hole, size, blockSize int64) int64 {
 	data(pos, size)
 	return n
 }
+
+var zeros = make([]byte, 64<<10)
+
+// IsZero reports whether b holds only zero bytes.
+func IsZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeros))
+		if !bytes.Equal(b[:n], zeros[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// HoleCheck is a Writer that checks a file's content, streamed through it
+// from the start, against the file's holes: every byte inside a hole must
+// be zero. From the first one that is not, Write and Err return an error
+// wrapping ErrCorrupt. Holes must be valid (as Validate checks them).
+type HoleCheck struct {
+	holes []Hole
+	pos   int64
+	err   error
+}
+
+// NewHoleCheck returns a check of content against hs.
+func NewHoleCheck(hs []Hole) *HoleCheck { return &HoleCheck{holes: hs} }
+
+func (c *HoleCheck) Write(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	start, end := c.pos, c.pos+int64(len(p))
+	for len(c.holes) > 0 {
+		h := c.holes[0]
+		if h.Off >= end {
+			break
+		}
+		if lo, hi := max(start, h.Off), min(end, h.End()); lo < hi && !IsZero(p[lo-start:hi-start]) {
+			c.err = fmt.Errorf("data in the hole at %d+%d: %w", h.Off, h.Len, ErrCorrupt)
+			return 0, c.err
+		}
+		if h.End() > end {
+			break
+		}
+		c.holes = c.holes[1:]
+	}
+	c.pos = end
+	return len(p), nil
+}
+
+// Err is the first hole found holding data, or nil.
+func (c *HoleCheck) Err() error { return c.err }
+
+// Written is the number of bytes checked so far.
+func (c *HoleCheck) Written() int64 { return c.pos }

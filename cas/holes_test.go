@@ -159,3 +159,26 @@ func TestDataBlocks(t *testing.T) {
 		}
 	}
 }
+
+func TestHoleCheckWriter(t *testing.T) {
+	hs := []Hole{{Off: 10, Len: 10}, {Off: 30, Len: 5}}
+	for _, tc := range []struct {
+		dataAt int
+		bad    bool
+	}{{-1, false}, {0, false}, {9, false}, {10, true}, {19, true}, {20, false}, {34, true}, {35, false}} {
+		b := make([]byte, 40)
+		if tc.dataAt >= 0 {
+			b[tc.dataAt] = 7
+		}
+		c := NewHoleCheck(hs)
+		for i := 0; i < len(b); i += 3 { // writes straddle hole edges
+			c.Write(b[i:min(i+3, len(b))])
+		}
+		if got := c.Err() != nil; got != tc.bad || (tc.bad && !errors.Is(c.Err(), ErrCorrupt)) {
+			t.Errorf("data at %d: err %v, want bad=%v", tc.dataAt, c.Err(), tc.bad)
+		}
+		if !tc.bad && c.Written() != 40 {
+			t.Errorf("written %d", c.Written())
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package export
 
 import (
-	"bytes"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -22,8 +21,6 @@ type sparseWriter struct {
 	pos   int64
 }
 
-var zeroBlock = make([]byte, 64<<10)
-
 func (w *sparseWriter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
@@ -42,12 +39,8 @@ func (w *sparseWriter) Write(p []byte) (int, error) {
 		}
 		chunk := p[:run]
 		if hole {
-			for b := chunk; len(b) > 0; {
-				k := min(len(b), len(zeroBlock))
-				if !bytes.Equal(b[:k], zeroBlock[:k]) {
-					return 0, fmt.Errorf("content holds data in a hole at %d: %w", w.pos, ErrCorrupt)
-				}
-				b = b[k:]
+			if !cas.IsZero(chunk) {
+				return 0, fmt.Errorf("content holds data in the hole at %d: %w", w.pos, ErrCorrupt)
 			}
 		} else if err := pwriteAll(w.fd, chunk, w.pos); err != nil {
 			return 0, err

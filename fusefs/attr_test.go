@@ -236,3 +236,34 @@ func TestProjectionSparseFile(t *testing.T) {
 		})
 	}
 }
+
+// A tree whose holes cover data (made by hand: importers check) would make
+// SEEK_DATA hide that data from every copy; the open fails instead.
+func TestProjectionRefusesHolesOverData(t *testing.T) {
+	testenv.Require(t, "root", "fuse")
+	ctx := context.Background()
+	st := newCountingStore()
+	content := make([]byte, 1<<20)
+	content[500_000] = 1
+	id := st.blob(t, string(content))
+	b := cas.NewBuilder(st, cas.ZeroID)
+	for name, holes := range map[string][]cas.Hole{
+		"lying":  {{Off: 4096, Len: 1<<20 - 4096}},
+		"honest": {{Off: 4096, Len: 400_000}},
+	} {
+		if err := b.Put(ctx, name, cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 1 << 20, ID: id, Holes: holes}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := b.Write(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, mnt := mount(t, st, root)
+	if _, err := os.ReadFile(filepath.Join(mnt, "lying")); !isErrno(err, syscall.EIO) {
+		t.Errorf("open of a file whose holes hold data: %v, want EIO", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "honest")); err != nil || !bytes.Equal(got, content) {
+		t.Errorf("read honest: %d bytes, %v", len(got), err)
+	}
+}

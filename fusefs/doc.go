@@ -28,6 +28,15 @@
 // A blob is verified against its id once per process, on its first open,
 // before any byte is served: a corrupted object fails the open with EIO.
 //
+// Fidelity: a projected file shows what the same file shows on a disk
+// filesystem. Modes are shown as stored, 0000 included (go-fuse's
+// NullPermissions); the kernel checks permission bits and POSIX ACLs
+// (default_permissions and FUSE_POSIX_ACL: it reads system.posix_acl_*
+// through getxattr); st_blocks counts the 4 KiB blocks that hold data, and
+// SEEK_DATA/SEEK_HOLE answer from the holes the tree records, which is
+// what lets overlayfs copy a sparse file up sparse. A file whose recorded
+// holes hold data in its blob fails its open with EIO.
+//
 // The package knows the content store and nothing of the journal. The server
 // must run in a process that never touches its own mount (go-fuse documents
 // deadlocks otherwise); esfd starts it as a child process.

@@ -69,8 +69,9 @@ type FS struct {
 	paths    PathStore // nil when the store cannot name files
 	Counters Counters
 
-	mu       sync.Mutex
-	verified map[cas.ID]bool
+	mu           sync.Mutex
+	verified     map[cas.ID]bool
+	holesChecked map[string]bool // see checkHoles
 }
 
 // New returns the root node of a projection over opts.Store.
@@ -78,7 +79,7 @@ func New(opts Options) (*FS, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	f := &FS{opts: opts, verified: map[cas.ID]bool{}}
+	f := &FS{opts: opts, verified: map[cas.ID]bool{}, holesChecked: map[string]bool{}}
 	if ps, ok := opts.Store.(PathStore); ok && !opts.NoPassthrough {
 		f.paths = ps
 	}

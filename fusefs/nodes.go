@@ -323,6 +323,9 @@ func (n *leafNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if errno := n.fsys.verify(ctx, n.entry.ID); errno != 0 {
 		return nil, 0, errno
 	}
+	if errno := n.fsys.checkHoles(ctx, &n.entry); errno != 0 {
+		return nil, 0, errno
+	}
 	if n.fsys.paths != nil {
 		fd, err := syscall.Open(n.fsys.paths.Path(n.entry.ID), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {

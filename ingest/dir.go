@@ -445,7 +445,7 @@ func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []b
 	if err != nil {
 		return cas.ZeroID, 0, nil, readError(ctx, p, err)
 	}
-	hc := &holeCheck{r: f, holes: holes, size: fst.Size}
+	hc := newHoleCheck(f, holes, fst.Size)
 	r := ctxReader{ctx: ctx, r: hc}
 	n, err := io.ReadFull(r, buf)
 	d.prog.add(int64(n))

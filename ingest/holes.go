@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"archive/tar"
-	"bytes"
 	"errors"
 	"io"
 
@@ -65,56 +64,25 @@ type holeCheck struct {
 	r     io.Reader
 	holes []cas.Hole
 	size  int64 // the size the holes were mapped for
-	next  int   // the first hole not yet read past
-	pos   int64
-	bad   bool
+	check *cas.HoleCheck
+}
+
+func newHoleCheck(r io.Reader, holes []cas.Hole, size int64) *holeCheck {
+	return &holeCheck{r: r, holes: holes, size: size, check: cas.NewHoleCheck(holes)}
 }
 
 func (c *holeCheck) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	if !c.bad && c.next < len(c.holes) {
-		c.check(p[:n])
-	}
-	c.pos += int64(n)
+	c.check.Write(p[:n]) // a failure stays in check.Err
 	return n, err
-}
-
-func (c *holeCheck) check(b []byte) {
-	start, end := c.pos, c.pos+int64(len(b))
-	for ; c.next < len(c.holes); c.next++ {
-		h := c.holes[c.next]
-		if h.Off >= end {
-			return
-		}
-		if lo, hi := max(start, h.Off), min(end, h.End()); lo < hi && !allZero(b[lo-start:hi-start]) {
-			c.bad = true
-			return
-		}
-		if h.End() > end {
-			return
-		}
-	}
 }
 
 // result is the holes to record for content of size bytes read whole.
 func (c *holeCheck) result(size int64) []cas.Hole {
-	if c.bad || size != c.size || c.pos != size {
+	if c.check.Err() != nil || size != c.size || c.check.Written() != size {
 		return nil
 	}
 	return c.holes
-}
-
-var zeros = make([]byte, 64<<10)
-
-func allZero(b []byte) bool {
-	for len(b) > 0 {
-		n := min(len(b), len(zeros))
-		if !bytes.Equal(b[:n], zeros[:n]) {
-			return false
-		}
-		b = b[n:]
-	}
-	return true
 }
 
 // archiveCounter counts the bytes a tar reader takes from its archive:
@@ -168,7 +136,7 @@ func (h *tarHoles) Read(p []byte) (int, error) {
 			err = io.EOF
 		}
 		h.err = err
-		if n > 0 && h.archive.n == before && allZero(h.buf[:n]) {
+		if n > 0 && h.archive.n == before && cas.IsZero(h.buf[:n]) {
 			h.hole(h.pos, int64(n))
 		}
 		h.pos += int64(n)

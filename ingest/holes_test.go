@@ -134,7 +134,7 @@ func TestHoleCheck(t *testing.T) {
 			}
 		}
 	}
-	c := &holeCheck{r: bytes.NewReader(content), holes: holes, size: int64(len(content))}
+	c := newHoleCheck(bytes.NewReader(content), holes, int64(len(content)))
 	read(c)
 	if got := c.result(int64(len(content))); !slices.Equal(got, holes) {
 		t.Fatalf("zero holes: result %v", got)
@@ -145,7 +145,7 @@ func TestHoleCheck(t *testing.T) {
 	for _, off := range []int{0, 1<<20 - 1, 2 << 20, 3<<20 - 1} {
 		bad := bytes.Clone(content)
 		bad[off] = 1
-		c := &holeCheck{r: bytes.NewReader(bad), holes: holes, size: int64(len(bad))}
+		c := newHoleCheck(bytes.NewReader(bad), holes, int64(len(bad)))
 		read(c)
 		if got := c.result(int64(len(bad))); got != nil {
 			t.Errorf("data at %d inside a hole: holes kept %v", off, got)
@@ -154,7 +154,7 @@ func TestHoleCheck(t *testing.T) {
 	// Data between holes is data.
 	ok := bytes.Clone(content)
 	ok[1<<20] = 1
-	c = &holeCheck{r: bytes.NewReader(ok), holes: holes, size: int64(len(ok))}
+	c = newHoleCheck(bytes.NewReader(ok), holes, int64(len(ok)))
 	read(c)
 	if c.result(int64(len(ok))) == nil {
 		t.Error("data outside the holes dropped them")
