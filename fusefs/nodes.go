@@ -253,9 +253,7 @@ func (n *leafNode) fillAttr(out *fuse.Attr) {
 	out.Mode = typeMode(e.Type) | e.Mode
 	out.Ino = n.ino
 	out.Size = uint64(e.Size)
-	// The allocation a disk filesystem with 4 KiB blocks reports: every
-	// block that holds data, none for holes.
-	out.Blocks = uint64(cas.DataBlocks(e.Holes, e.Size, blockSize)) * (blockSize / 512)
+	out.Blocks = leafBlocks(e)
 	out.Nlink = 1
 	if e.Nlink > 1 {
 		out.Nlink = e.Nlink
@@ -456,6 +454,26 @@ func fillCommon(out *fuse.Attr, a *cas.Attr) {
 // blockSize is the block size the projection reports, that of a disk
 // filesystem.
 const blockSize = 4096
+
+// fastSymlinkMax is the longest symlink target ext4 keeps in the inode
+// itself, taking no block.
+const fastSymlinkMax = 59
+
+// leafBlocks is st_blocks (512-byte units) as ext4 with 4 KiB blocks
+// reports it: a file's blocks that hold data (none for holes), one block
+// for a symlink whose target does not fit in the inode, none otherwise.
+func leafBlocks(e *cas.Entry) uint64 {
+	var n int64
+	switch e.Type {
+	case cas.TypeFile:
+		n = cas.DataBlocks(e.Holes, e.Size, blockSize)
+	case cas.TypeSymlink:
+		if len(e.Target) > fastSymlinkMax {
+			n = 1
+		}
+	}
+	return uint64(n) * (blockSize / 512)
+}
 
 func typeMode(t cas.Type) uint32 {
 	switch t {
