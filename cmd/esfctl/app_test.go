@@ -257,3 +257,13 @@ func TestWantsJSON(t *testing.T) {
 		}
 	}
 }
+
+// import --help says what a tree keeps and that sockets are left out.
+func TestImportHelpNamesWhatIsLeftOut(t *testing.T) {
+	r := esfctl(t, filepath.Join(t.TempDir(), "none.sock"), nil, "import", "--help")
+	for _, want := range []string{"sockets", "skipped", "sparse", "0000", "POSIX ACLs"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("import --help does not mention %q:\n%s", want, r.stdout)
+		}
+	}
+}

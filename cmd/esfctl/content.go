@@ -28,7 +28,13 @@ func (a *app) importCommand() *cli.Command {
 		Description: "SRC is a directory, a tar (plain, gzip, zstd), an OCI image layout or an\n" +
 			"OCI/docker archive; the daemon reads it (a relative SRC is resolved here first).\n" +
 			"- streams a tar from stdin instead. Prints the root_id on stdout and a summary\n" +
-			"on stderr; with -o json prints the whole result.",
+			"on stderr; with -o json prints the whole result.\n\n" +
+			"Kept: type, mode (0000, setuid, setgid and sticky included), owner, mtime in\n" +
+			"nanoseconds, every xattr (POSIX ACLs, security.capability), hard links, device\n" +
+			"numbers, fifos, and the holes of sparse files (a tar's only when it stores\n" +
+			"them sparse, as tar --sparse does). Left out: sockets, which a tree cannot\n" +
+			"hold (a socket is a live endpoint, not content); each is named in a warning\n" +
+			"and in \"skipped\".",
 		Flags: []cli.Flag{idempotencyKeyFlag()},
 		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
 			if err := exactArgs(cmd, 1); err != nil {
