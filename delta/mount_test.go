@@ -24,17 +24,41 @@ func requireMounts(t *testing.T) {
 	}
 }
 
-// projected stores a small tree in a local store and projects it; it
-// returns the store and the projected root directory.
-func projected(t *testing.T, files map[string]string) (*local.Store, cas.ID, string) {
+// projection serves an empty local store at a fresh mount until t ends; it
+// returns the store and the mount point (roots/<root_id> shows a tree).
+func projection(t *testing.T) (*local.Store, string) {
 	t.Helper()
 	requireMounts(t)
-	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := local.Open(filepath.Join(dir, "cas"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f, err := fusefs.New(fusefs.Options{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	os.Mkdir(mnt, 0o755)
+	srv, err := fusefs.Mount(mnt, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered before any attempt on it, so it runs after they are gone.
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount projection: %v", err)
+		}
+	})
+	return st, mnt
+}
+
+// projected stores a small tree in a local store and projects it; it
+// returns the store and the projected root directory.
+func projected(t *testing.T, files map[string]string) (*local.Store, cas.ID, string) {
+	t.Helper()
+	ctx := context.Background()
+	st, mnt := projection(t)
 	b := cas.NewBuilder(st, cas.ZeroID)
 	for p, content := range files {
 		info, _, err := st.Put(ctx, strings.NewReader(content))
@@ -49,21 +73,6 @@ func projected(t *testing.T, files map[string]string) (*local.Store, cas.ID, str
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := fusefs.New(fusefs.Options{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt := filepath.Join(dir, "mnt")
-	os.Mkdir(mnt, 0o755)
-	srv, err := fusefs.Mount(mnt, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount projection: %v", err)
-		}
-	})
 	return st, root, filepath.Join(mnt, "roots", root.String())
 }
 

@@ -3,7 +3,6 @@ package delta
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,10 +11,7 @@ import (
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
-	"golang.org/x/sys/unix"
 
-	"github.com/esf-dev/esf/cas/local"
-	"github.com/esf-dev/esf/fusefs"
 	"github.com/esf-dev/esf/ingest"
 	"github.com/esf-dev/esf/internal/testenv"
 )
@@ -140,26 +136,7 @@ func runPosixPlan(t *testing.T, dirs map[string]string) posixRun {
 func TestPosixOnLowerFiles(t *testing.T) {
 	testenv.Require(t, "root", "fuse", "overlay")
 	ctx := context.Background()
-	work := t.TempDir()
-	st, err := local.Open(filepath.Join(work, "cas"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := fusefs.New(fusefs.Options{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt := filepath.Join(work, "mnt")
-	os.Mkdir(mnt, 0o755)
-	srv, err := fusefs.Mount(mnt, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount projection: %v", err)
-		}
-	})
+	st, mnt := projection(t)
 
 	// First runs, on plain directories; what they leave becomes a node.
 	plain, ours, roPlain, roOurs := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
@@ -216,16 +193,6 @@ func roBind(t *testing.T, dir string) string {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount(dir, mnt, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmount %s: %v", mnt, err)
-		}
-	})
-	if err := unix.Mount("", mnt, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-		t.Fatal(fmt.Errorf("remount %s read-only: %w", mnt, err))
-	}
+	testenv.ReadOnlyBind(t, dir, mnt)
 	return mnt
 }

@@ -56,21 +56,28 @@ const (
 	testGID = 4242
 )
 
-// Mode 0000 is a mode like any other: go-fuse would show it as 0644 (files)
-// or 0755 (directories) unless told not to, which opened /etc/shadow-like
-// files to every user of an attempt.
-func TestProjectionKeepsModeZero(t *testing.T) {
-	testenv.Require(t, "root", "fuse")
+// ACLs the access tests use: one grants testUID rw on a 0660 root file,
+// one denies it read on a 0644 file, one grants group testGID+1 r-x on a
+// 0750 directory.
+var (
+	aclGrantUser = aclXattr(aclEntry{aclUserObj, 6, 0}, aclEntry{aclUser, 6, testUID}, aclEntry{aclGroupObj, 4, 0},
+		aclEntry{aclMask, 6, 0}, aclEntry{aclOther, 0, 0})
+	aclDenyUser = aclXattr(aclEntry{aclUserObj, 6, 0}, aclEntry{aclUser, 0, testUID}, aclEntry{aclGroupObj, 4, 0},
+		aclEntry{aclMask, 4, 0}, aclEntry{aclOther, 4, 0})
+	aclGrantGroupDir = aclXattr(aclEntry{aclUserObj, 7, 0}, aclEntry{aclGroupObj, 5, 0}, aclEntry{aclGroup, 5, testGID + 1},
+		aclEntry{aclMask, 5, 0}, aclEntry{aclOther, 0, 0})
+)
+
+// buildTree stores a tree of the entries by path ("" is the root) and
+// returns its root.
+func buildTree(t *testing.T, st interface {
+	cas.Getter
+	cas.Putter
+}, entries map[string]cas.Entry) cas.ID {
+	t.Helper()
 	ctx := context.Background()
-	st := newCountingStore()
 	b := cas.NewBuilder(st, cas.ZeroID)
-	for p, e := range map[string]cas.Entry{
-		"":              {Type: cas.TypeDir, Attr: cas.Attr{Mode: 0o755}},
-		"shadow":        {Type: cas.TypeFile, Size: 6, ID: st.blob(t, "secret")},
-		"closed":        {Type: cas.TypeDir},
-		"closed/inside": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 6, ID: st.blob(t, "secret")},
-		"fifo":          {Type: cas.TypeFIFO},
-	} {
+	for p, e := range entries {
 		if err := b.Put(ctx, p, e, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -79,6 +86,22 @@ func TestProjectionKeepsModeZero(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return root
+}
+
+// Mode 0000 is a mode like any other: go-fuse would show it as 0644 (files)
+// or 0755 (directories) unless told not to, which opened /etc/shadow-like
+// files to every user of an attempt.
+func TestProjectionKeepsModeZero(t *testing.T) {
+	testenv.Require(t, "root", "fuse")
+	st := newCountingStore()
+	root := buildTree(t, st, map[string]cas.Entry{
+		"":              {Type: cas.TypeDir, Attr: cas.Attr{Mode: 0o755}},
+		"shadow":        {Type: cas.TypeFile, Size: 6, ID: st.blob(t, "secret")},
+		"closed":        {Type: cas.TypeDir},
+		"closed/inside": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 6, ID: st.blob(t, "secret")},
+		"fifo":          {Type: cas.TypeFIFO},
+	})
 	_, mnt := mount(t, st, root)
 	for name, typ := range map[string]uint32{"shadow": unix.S_IFREG, "closed": unix.S_IFDIR, "fifo": unix.S_IFIFO} {
 		var s unix.Stat_t
@@ -106,31 +129,15 @@ func TestProjectionKeepsModeZero(t *testing.T) {
 // more than the mode bits may read, and one it grants less may not.
 func TestProjectionEnforcesACLs(t *testing.T) {
 	testenv.Require(t, "root", "fuse")
-	ctx := context.Background()
 	st := newCountingStore()
-	b := cas.NewBuilder(st, cas.ZeroID)
-	grant := aclXattr(aclEntry{aclUserObj, 6, 0}, aclEntry{aclUser, 6, testUID}, aclEntry{aclGroupObj, 4, 0},
-		aclEntry{aclMask, 6, 0}, aclEntry{aclOther, 0, 0})
-	deny := aclXattr(aclEntry{aclUserObj, 6, 0}, aclEntry{aclUser, 0, testUID}, aclEntry{aclGroupObj, 4, 0},
-		aclEntry{aclMask, 4, 0}, aclEntry{aclOther, 4, 0})
-	dirGrant := aclXattr(aclEntry{aclUserObj, 7, 0}, aclEntry{aclGroupObj, 5, 0}, aclEntry{aclGroup, 5, testGID + 1},
-		aclEntry{aclMask, 5, 0}, aclEntry{aclOther, 0, 0})
-	for p, e := range map[string]cas.Entry{
+	root := buildTree(t, st, map[string]cas.Entry{
 		"": {Type: cas.TypeDir, Attr: cas.Attr{Mode: 0o755}},
-		"granted": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o660, Xattrs: []cas.Xattr{{Name: aclAccess, Value: grant}}},
+		"granted": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o660, Xattrs: []cas.Xattr{{Name: aclAccess, Value: aclGrantUser}}},
 			Size: 2, ID: st.blob(t, "ok")},
-		"denied": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644, Xattrs: []cas.Xattr{{Name: aclAccess, Value: deny}}},
+		"denied": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644, Xattrs: []cas.Xattr{{Name: aclAccess, Value: aclDenyUser}}},
 			Size: 2, ID: st.blob(t, "no")},
-		"group-dir": {Type: cas.TypeDir, Attr: cas.Attr{Mode: 0o750, Xattrs: []cas.Xattr{{Name: aclAccess, Value: dirGrant}}}},
-	} {
-		if err := b.Put(ctx, p, e, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	root, err := b.Write(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+		"group-dir": {Type: cas.TypeDir, Attr: cas.Attr{Mode: 0o750, Xattrs: []cas.Xattr{{Name: aclAccess, Value: aclGrantGroupDir}}}},
+	})
 	_, mnt := mount(t, st, root)
 	granted, denied, dir := filepath.Join(mnt, "granted"), filepath.Join(mnt, "denied"), filepath.Join(mnt, "group-dir")
 	got := probeAs(t, testUID, testGID, []uint32{testGID + 1}, []string{granted, denied, dir})
@@ -146,8 +153,8 @@ func TestProjectionEnforcesACLs(t *testing.T) {
 	// The ACL still reads back as stored.
 	v := make([]byte, 256)
 	n, err := unix.Getxattr(granted, aclAccess, v)
-	if err != nil || !bytes.Equal(v[:n], grant) {
-		t.Errorf("getxattr %s = %x, %v; want %x", aclAccess, v[:max(n, 0)], err, grant)
+	if err != nil || !bytes.Equal(v[:n], aclGrantUser) {
+		t.Errorf("getxattr %s = %x, %v; want %x", aclAccess, v[:max(n, 0)], err, aclGrantUser)
 	}
 }
 
@@ -184,17 +191,16 @@ func TestProjectionSparseFile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b := cas.NewBuilder(st, cas.ZeroID)
 			must := func(err error) {
 				t.Helper()
 				if err != nil {
 					t.Fatal(err)
 				}
 			}
-			must(b.Put(ctx, "sparse", cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: size, ID: info.ID, Holes: holes}, ""))
-			must(b.Put(ctx, "dense", cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: size, ID: info.ID}, ""))
-			root, err := b.Write(ctx, st)
-			must(err)
+			root := buildTree(t, st, map[string]cas.Entry{
+				"sparse": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: size, ID: info.ID, Holes: holes},
+				"dense":  {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: size, ID: info.ID},
+			})
 			_, mnt := mount(t, st, root)
 
 			var s unix.Stat_t
@@ -241,24 +247,17 @@ func TestProjectionSparseFile(t *testing.T) {
 // SEEK_DATA hide that data from every copy; the open fails instead.
 func TestProjectionRefusesHolesOverData(t *testing.T) {
 	testenv.Require(t, "root", "fuse")
-	ctx := context.Background()
 	st := newCountingStore()
 	content := make([]byte, 1<<20)
 	content[500_000] = 1
 	id := st.blob(t, string(content))
-	b := cas.NewBuilder(st, cas.ZeroID)
-	for name, holes := range map[string][]cas.Hole{
-		"lying":  {{Off: 4096, Len: 1<<20 - 4096}},
-		"honest": {{Off: 4096, Len: 400_000}},
-	} {
-		if err := b.Put(ctx, name, cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 1 << 20, ID: id, Holes: holes}, ""); err != nil {
-			t.Fatal(err)
-		}
+	entry := func(holes ...cas.Hole) cas.Entry {
+		return cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 1 << 20, ID: id, Holes: holes}
 	}
-	root, err := b.Write(ctx, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := buildTree(t, st, map[string]cas.Entry{
+		"lying":  entry(cas.Hole{Off: 4096, Len: 1<<20 - 4096}),
+		"honest": entry(cas.Hole{Off: 4096, Len: 400_000}),
+	})
 	_, mnt := mount(t, st, root)
 	if _, err := os.ReadFile(filepath.Join(mnt, "lying")); !isErrno(err, syscall.EIO) {
 		t.Errorf("open of a file whose holes hold data: %v, want EIO", err)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -72,12 +73,6 @@ func capNetBindService() []byte {
 
 func fidelityNodes() []node {
 	const ownerUID = 1000
-	grant := aclXattr(aclEntry{aclUserObj, 6, 0}, aclEntry{aclUser, 6, testUID}, aclEntry{aclGroupObj, 4, 0},
-		aclEntry{aclMask, 6, 0}, aclEntry{aclOther, 0, 0})
-	deny := aclXattr(aclEntry{aclUserObj, 6, 0}, aclEntry{aclUser, 0, testUID}, aclEntry{aclGroupObj, 4, 0},
-		aclEntry{aclMask, 4, 0}, aclEntry{aclOther, 4, 0})
-	dirAccess := aclXattr(aclEntry{aclUserObj, 7, 0}, aclEntry{aclGroupObj, 5, 0}, aclEntry{aclGroup, 5, testGID + 1},
-		aclEntry{aclMask, 5, 0}, aclEntry{aclOther, 0, 0})
 	dirDefault := aclXattr(aclEntry{aclUserObj, 7, 0}, aclEntry{aclUser, 6, testUID}, aclEntry{aclGroupObj, 5, 0},
 		aclEntry{aclMask, 7, 0}, aclEntry{aclOther, 0, 0})
 	f := func(p string, mode uint32, content string) node {
@@ -113,9 +108,9 @@ func fidelityNodes() []node {
 		withOwner(f("owned", 0o640, "owned by 1000\n"), ownerUID, ownerUID),
 		f("exec", 0o711, "#!/bin/sh\n"),
 		{path: "empty", typ: unix.S_IFREG, mode: 0o644},
-		withXattrs(f("acl-grant", 0o660, "granted by an ACL\n"), aclAccess, grant),
-		withXattrs(f("acl-deny", 0o644, "denied by an ACL\n"), aclAccess, deny),
-		withXattrs(d("acl-dir", 0o750), aclAccess, dirAccess, aclDefault, dirDefault),
+		withXattrs(f("acl-grant", 0o660, "granted by an ACL\n"), aclAccess, aclGrantUser),
+		withXattrs(f("acl-deny", 0o644, "denied by an ACL\n"), aclAccess, aclDenyUser),
+		withXattrs(d("acl-dir", 0o750), aclAccess, aclGrantGroupDir, aclDefault, dirDefault),
 		f("acl-dir/old", 0o640, "from before\n"),
 		// Each file's xattrs fit in an ext4 inode (256 bytes): more would
 		// take an xattr block, which ext4 counts in st_blocks.
@@ -486,48 +481,27 @@ func compareViews(t *testing.T, stage, want, got string, readOnly bool) {
 	t.Logf("%s: %d paths compared, %d differences", stage, len(ws), diffs)
 }
 
+// fieldDiff lists the fields of entryInfo that differ.
 func fieldDiff(w, g entryInfo) string {
 	var d []string
-	add := func(name string, wv, gv any) {
-		if wv != gv {
-			d = append(d, fmt.Sprintf("%s %v, want %v", name, gv, wv))
+	wv, gv := reflect.ValueOf(w), reflect.ValueOf(g)
+	for i := range wv.NumField() {
+		if a, b := wv.Field(i).Interface(), gv.Field(i).Interface(); a != b {
+			d = append(d, fmt.Sprintf("%s %v, want %v", strings.ToLower(wv.Type().Field(i).Name), b, a))
 		}
 	}
-	add("type", w.Type, g.Type)
-	add("mode", w.Mode, g.Mode)
-	add("owner", w.Owner, g.Owner)
-	add("size", w.Size, g.Size)
-	add("blocks", w.Blocks, g.Blocks)
-	add("nlink", w.Nlink, g.Nlink)
-	add("mtime", w.Mtime, g.Mtime)
-	add("rdev", w.Rdev, g.Rdev)
-	add("target", w.Target, g.Target)
-	add("xattrs", w.Xattrs, g.Xattrs)
-	add("content", w.Content, g.Content)
-	add("data", w.DataMap, g.DataMap)
-	add("link peers", w.Peers, g.Peers)
 	return strings.Join(d, "; ")
 }
 
-// roBind shows dir read-only at a new path, so a plain directory can be
-// compared with the (read-only) projection.
+// roBind shows dir read-only at a new path other users can reach, so a
+// plain directory can be compared with the (read-only) projection.
 func roBind(t *testing.T, dir string) string {
 	t.Helper()
 	mnt := filepath.Join(sharedTempDir(t), "ro")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount(dir, mnt, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmount %s: %v", mnt, err)
-		}
-	})
-	if err := unix.Mount("", mnt, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-		t.Fatal(err)
-	}
+	testenv.ReadOnlyBind(t, dir, mnt)
 	return mnt
 }
 

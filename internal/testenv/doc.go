@@ -11,5 +11,7 @@
 // (root, fuse, overlay, runc, busybox, or cmd:NAME for a program on PATH);
 // a listed capability that is missing fails the test, any other skips it.
 //
-// Checks run once per process and are safe for concurrent use.
+// Checks run once per process and are safe for concurrent use. The package
+// also holds the few helpers that set real components up for tests
+// (ReadOnlyBind).
 package testenv
