@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // makeSparse creates p with size bytes, data written at each offset of
@@ -81,7 +82,7 @@ func TestDirRecordsHoles(t *testing.T) {
 		want[name] = sourceHoles(t, filepath.Join(root, name))
 	}
 	if len(want["big"]) != 2 || len(want["small"]) != 1 || len(want["all-hole"]) != 1 {
-		t.Skipf("this filesystem keeps no holes: %v", want)
+		t.Fatalf("the test directory's filesystem keeps no holes: %v", want)
 	}
 	for _, opts := range []Options{{}, {NewContent: true}} {
 		st := newStore()
@@ -112,7 +113,7 @@ func TestUpperRecordsHoles(t *testing.T) {
 	makeSparse(t, filepath.Join(upper, "s"), 4<<20, map[int64]string{2 << 20: "mid"})
 	want := sourceHoles(t, filepath.Join(upper, "s"))
 	if len(want) == 0 {
-		t.Skip("this filesystem keeps no holes")
+		t.Fatal("the test directory's filesystem keeps no holes")
 	}
 	res, err := Upper(ctx, st, base.Root, upper, Options{})
 	must(t, err)
@@ -166,9 +167,7 @@ func TestHoleCheck(t *testing.T) {
 // the holes come from the archive's sparse map, not from looking for zeros.
 // Dense members stay dense, zeros and all.
 func TestTarSparseMatchesDir(t *testing.T) {
-	if _, err := exec.LookPath("tar"); err != nil {
-		t.Skip("GNU tar not installed")
-	}
+	testenv.Require(t, "cmd:tar")
 	root := t.TempDir()
 	const big = 8<<20 + 1
 	makeSparse(t, filepath.Join(root, "big"), big, map[int64]string{1 << 20: "data at 1 MiB", big - 1: "x"})
@@ -176,7 +175,7 @@ func TestTarSparseMatchesDir(t *testing.T) {
 	makeSparse(t, filepath.Join(root, "all-hole"), 3<<20, nil)
 	writeFile(t, filepath.Join(root, "zeros"), make([]byte, 2<<20), 0o644) // dense
 	if len(sourceHoles(t, filepath.Join(root, "big"))) == 0 {
-		t.Skip("this filesystem keeps no holes")
+		t.Fatal("the test directory's filesystem keeps no holes")
 	}
 	for _, p := range []string{"", "big", "small", "all-hole", "zeros"} {
 		must(t, os.Chtimes(filepath.Join(root, p), time.Unix(1, 0), time.Unix(1, 0)))
