@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -47,6 +48,14 @@ func aclXattr(es ...aclEntry) []byte {
 		b = binary.LittleEndian.AppendUint32(b, id)
 	}
 	return b
+}
+
+func errnoOf(err error) syscall.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) || err == nil {
+		return e
+	}
+	return syscall.EIO
 }
 
 // Unprivileged ids the access tests run as; nobody on the machine needs

@@ -9,15 +9,10 @@ import (
 	"time"
 )
 
-// The test binary doubles as an access probe (see probeEnv) and as the
-// projection server process: with
+// The test binary doubles as the projection server process: with
 // ESF_FUSEFS_TEST_SERVE set it serves an empty store at that path with fd 3
 // as the ready pipe, as `esfd fuse-server` does.
 func TestMain(m *testing.M) {
-	if paths, ok := probeArgs(); ok {
-		probeMain(paths)
-		os.Exit(0)
-	}
 	if dir := os.Getenv("ESF_FUSEFS_TEST_SERVE"); dir != "" {
 		f, err := New(Options{Store: newCountingStore()})
 		if err == nil {
