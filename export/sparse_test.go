@@ -45,17 +45,17 @@ func checkSeek(t *testing.T, p string, e cas.Entry) {
 // unwritten: the file is as sparse as the tree says, and reads the same.
 func TestToDirKeepsHoles(t *testing.T) {
 	s := mem.New()
-	const size = 8<<20 + 1
+	const size = 3<<20 + 1
 	content := make([]byte, size)
 	copy(content[1<<20:], "data at 1 MiB")
 	content[size-1] = 'x'
 	id, _ := putBlob(t, s, string(content))
-	tail, _ := putBlob(t, s, string(make([]byte, 3<<20)))
+	tail, _ := putBlob(t, s, string(make([]byte, 2<<20)))
 	entries := map[string]cas.Entry{
 		"sparse": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o640}, Size: size, ID: id,
-			Holes: []cas.Hole{{Off: 0, Len: 1 << 20}, {Off: 1<<20 + 4096, Len: 7<<20 - 4096}}},
-		"all-hole": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 3 << 20, ID: tail,
-			Holes: []cas.Hole{{Off: 0, Len: 3 << 20}}},
+			Holes: []cas.Hole{{Off: 0, Len: 1 << 20}, {Off: 1<<20 + 4096, Len: 2<<20 - 4096}}},
+		"all-hole": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: 2 << 20, ID: tail,
+			Holes: []cas.Hole{{Off: 0, Len: 2 << 20}}},
 		"dense": {Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: size, ID: id},
 	}
 	b := cas.NewBuilder(s, cas.ZeroID)

@@ -67,11 +67,11 @@ func sourceHoles(t *testing.T, p string) []cas.Hole {
 // first or streamed), and names the same blob as the dense bytes would.
 func TestDirRecordsHoles(t *testing.T) {
 	root := t.TempDir()
-	const big = 8<<20 + 1
+	const big = 3<<20 + 1
 	files := map[string][]byte{
 		"big":       makeSparse(t, filepath.Join(root, "big"), big, map[int64]string{1 << 20: "data at 1 MiB", big - 1: "x"}),
 		"small":     makeSparse(t, filepath.Join(root, "small"), 512<<10, map[int64]string{0: "head"}),
-		"all-hole":  makeSparse(t, filepath.Join(root, "all-hole"), 3<<20, nil),
+		"all-hole":  makeSparse(t, filepath.Join(root, "all-hole"), 2<<20, nil),
 		"dense":     make([]byte, 64<<10),
 		"zero-size": nil,
 	}
@@ -169,10 +169,10 @@ func TestHoleCheck(t *testing.T) {
 func TestTarSparseMatchesDir(t *testing.T) {
 	testenv.Require(t, "cmd:tar")
 	root := t.TempDir()
-	const big = 8<<20 + 1
+	const big = 3<<20 + 1
 	makeSparse(t, filepath.Join(root, "big"), big, map[int64]string{1 << 20: "data at 1 MiB", big - 1: "x"})
 	makeSparse(t, filepath.Join(root, "small"), 512<<10, map[int64]string{64 << 10: "mid"})
-	makeSparse(t, filepath.Join(root, "all-hole"), 3<<20, nil)
+	makeSparse(t, filepath.Join(root, "all-hole"), 2<<20, nil)
 	writeFile(t, filepath.Join(root, "zeros"), make([]byte, 2<<20), 0o644) // dense
 	if len(sourceHoles(t, filepath.Join(root, "big"))) == 0 {
 		t.Fatal("the test directory's filesystem keeps no holes")
@@ -197,7 +197,7 @@ func TestTarSparseMatchesDir(t *testing.T) {
 			if err != nil {
 				t.Fatalf("tar: %v: %s", err, stderr.String())
 			}
-			if len(data) > 4<<20 { // 2 MiB of dense zeros, the rest sparse
+			if len(data) > 3<<20 { // 2 MiB of dense zeros, the rest sparse
 				t.Fatalf("GNU tar wrote %d bytes: not sparse", len(data))
 			}
 			got, err := Tar(ctx, st, bytes.NewReader(data), Options{})
