@@ -53,7 +53,7 @@ func TestAuditCatchesPartialBatches(t *testing.T) {
 			grp.Event(journal.EventGroupCreated), rn.Event(journal.EventNodeCreated), kn.Event(journal.EventNodeForked),
 			a.Event(journal.EventAttemptCreated), l.Event(journal.EventLeaseAcquired),
 		} {
-			if _, err := tx.AppendEvent(ev); err != nil {
+			if err := tx.AppendEvent(ev); err != nil {
 				return err
 			}
 		}
@@ -89,8 +89,7 @@ func TestAuditCatchesPartialBatches(t *testing.T) {
 			return journal.UpdateNode(tx, n)
 		}, "but its events leave it draft"},
 		{"event of an uncommitted node", func(tx journal.Tx) error {
-			_, err := tx.AppendEvent(journal.Event{Type: journal.EventNodeForked, GroupID: g, NodeID: id(journal.KindNode)})
-			return err
+			return tx.AppendEvent(journal.Event{Type: journal.EventNodeForked, GroupID: g, NodeID: id(journal.KindNode)})
 		}, "names missing node"},
 		{"backprop without its event", func(tx journal.Tx) error {
 			n, err := journal.GetNode(tx, r)

@@ -129,8 +129,7 @@ func event(tx journal.Tx, ci CallInfo, ev journal.Event, data any) error {
 		}
 		ev.Data = b
 	}
-	_, err := tx.AppendEvent(ev)
-	return err
+	return tx.AppendEvent(ev)
 }
 
 // CreateGroupRequest creates a group from a stored root.

@@ -42,7 +42,7 @@ func ExampleDoIdempotent() {
 			if err := journal.CreateNode(tx, child); err != nil {
 				return nil, err
 			}
-			if _, err := tx.AppendEvent(child.Event(journal.EventNodeForked)); err != nil {
+			if err := tx.AppendEvent(child.Event(journal.EventNodeForked)); err != nil {
 				return nil, err
 			}
 			return map[string]string{"node_id": child.NodeID}, nil

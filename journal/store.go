@@ -6,11 +6,11 @@ import (
 )
 
 // Store is the durable state plane: a transactional key-value store with an
-// append-only event log. The embedded implementation is journal/pebble; a
-// fake is journal/mem; both pass journal/journaltest. An etcd implementation
-// maps View to a serialisable range read at one revision, Update to a
-// transaction guarded by mod-revision compares of every key it read, retried
-// on conflict, and Notify to a watch on the event log.
+// append-only event log. The embedded implementation is journal/pebble, the
+// shared one (several workers on one graph) journal/etcd, and a fake is
+// journal/mem; all pass journal/journaltest. The etcd store maps View to
+// reads at one revision, Update to a transaction guarded by mod-revision
+// compares of what it read, retried on conflict, and Notify to a watch.
 //
 // Records, indexes, idempotency and the event vocabulary are layered on top
 // of this interface in package journal, so every implementation stores the
@@ -73,12 +73,13 @@ type Reader interface {
 	// transaction's context ends.
 	Scan(start, end []byte, fn func(key, value []byte) error) error
 
-	// Events calls fn for each event with Seq > after, in Seq order, with
-	// the same stopping rules as Scan. Inside an Update it includes the
-	// events appended so far.
+	// Events calls fn for each committed event with Seq > after, in Seq
+	// order, with the same stopping rules as Scan. Inside an Update it
+	// reads the log as of the transaction's snapshot (not its own appends).
 	Events(after uint64, fn func(ev Event) error) error
 
-	// LastSeq is the Seq of the newest event this reader sees, 0 if none.
+	// LastSeq is the Seq of the newest committed event this reader sees,
+	// 0 if none.
 	LastSeq() (uint64, error)
 
 	// Now is the store's clock read once when the transaction began: every
@@ -98,12 +99,19 @@ type Tx interface {
 	// Delete removes key; deleting a missing key is not an error.
 	Delete(key []byte) error
 
-	// AppendEvent appends ev to the event log in this transaction and
-	// returns its Seq: one more than the last committed or appended event,
-	// so committed Seqs are gapless and in commit order. ev.Seq is ignored;
-	// a zero ev.Time becomes Now(). The event is visible to others only if
-	// the Update commits.
-	AppendEvent(ev Event) (uint64, error)
+	// AppendEvent appends ev to the event log in this transaction. The
+	// event gets its Seq when the transaction commits: one more than the
+	// event before it in commit order, so committed Seqs are gapless and
+	// in commit order. ev.Seq is ignored; a zero ev.Time becomes Now().
+	// The event is visible to others only if the Update commits, and not
+	// to this transaction's own Events and LastSeq (they read the
+	// committed log).
+	//
+	// Why the Seq is not returned: a store that commits optimistically
+	// (etcd) learns an event's place in the log only at or after its
+	// commit, and having every Update that appends read and write one
+	// sequence counter would make all of them conflict with each other.
+	AppendEvent(ev Event) error
 }
 
 // Limits every Store enforces, chosen so an etcd implementation (1.5 MiB

@@ -11,21 +11,27 @@ import (
 	"github.com/esf-dev/esf/journal"
 )
 
+// appendEvents appends evs in one Update and returns the Seqs they got,
+// read back from the log: the stores assign them at commit.
 func appendEvents(t *testing.T, s journal.Store, evs ...journal.Event) []uint64 {
 	t.Helper()
-	var seqs []uint64
 	if err := s.Update(context.Background(), func(tx journal.Tx) error {
-		seqs = seqs[:0]
 		for _, ev := range evs {
-			seq, err := tx.AppendEvent(ev)
-			if err != nil {
+			if err := tx.AppendEvent(ev); err != nil {
 				return err
 			}
-			seqs = append(seqs, seq)
 		}
 		return nil
 	}); err != nil {
 		t.Fatalf("append events: %v", err)
+	}
+	last, err := journal.LastSeq(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for i := range evs {
+		seqs = append(seqs, last-uint64(len(evs)-1-i))
 	}
 	return seqs
 }
@@ -125,28 +131,28 @@ func testEvents(t *testing.T, open func(*testing.T, Options) journal.Store) {
 		t.Errorf("consumer error at 3: last %d, err %v; want 2 and the error", last, err)
 	}
 
-	// Inside an Update, the log includes the transaction's own appends.
+	// Inside an Update, the log is the committed one: the transaction's
+	// own appends get their Seq at commit.
 	if err := s.Update(context.Background(), func(tx journal.Tx) error {
-		seq, err := tx.AppendEvent(journal.Event{Type: "test.own"})
-		if err != nil {
+		if err := tx.AppendEvent(journal.Event{Type: "test.own"}); err != nil {
 			return err
 		}
-		if seq != 5 {
-			t.Errorf("append in a new tx: seq %d, want 5", seq)
+		if ls, err := tx.LastSeq(); err != nil || ls != 4 {
+			t.Errorf("tx.LastSeq after an append = %d, %v; want 4 (the committed log)", ls, err)
 		}
-		if ls, err := tx.LastSeq(); err != nil || ls != 5 {
-			t.Errorf("tx.LastSeq = %d, %v; want 5", ls, err)
-		}
-		n := 0
-		if err := tx.Events(4, func(ev journal.Event) error { n++; return nil }); err != nil {
+		var seen []uint64
+		if err := tx.Events(2, func(ev journal.Event) error { seen = append(seen, ev.Seq); return nil }); err != nil {
 			return err
 		}
-		if n != 1 {
-			t.Errorf("tx sees %d of its own events, want 1", n)
+		if fmt.Sprint(seen) != "[3 4]" {
+			t.Errorf("tx.Events(2) after an append = %v, want [3 4]", seen)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if evs, last := collect(t, s, 4, journal.EventFilter{}); len(evs) != 1 || last != 5 || evs[0].Type != "test.own" {
+		t.Errorf("after commit: %+v, last %d; want test.own at 5", evs, last)
 	}
 
 	for _, bad := range []journal.Event{
@@ -156,8 +162,7 @@ func testEvents(t *testing.T, open func(*testing.T, Options) journal.Store) {
 		{Type: "x.y", Data: json.RawMessage("{")},
 	} {
 		err := s.Update(context.Background(), func(tx journal.Tx) error {
-			_, err := tx.AppendEvent(bad)
-			return err
+			return tx.AppendEvent(bad)
 		})
 		if !errors.Is(err, journal.ErrInvalidArgument) {
 			t.Errorf("append %+v: %v, want ErrInvalidArgument", bad, err)
@@ -169,7 +174,7 @@ func testEventsGapless(t *testing.T, open func(*testing.T, Options) journal.Stor
 	s := open(t, Options{})
 	appendEvents(t, s, journal.Event{Type: "test.a"})
 	_ = s.Update(context.Background(), func(tx journal.Tx) error {
-		if _, err := tx.AppendEvent(journal.Event{Type: "test.lost"}); err != nil {
+		if err := tx.AppendEvent(journal.Event{Type: "test.lost"}); err != nil {
 			return err
 		}
 		return errSentinel
@@ -230,8 +235,7 @@ func testFollow(t *testing.T, open func(*testing.T, Options) journal.Store) {
 			defer wg.Done()
 			for range each {
 				if err := s.Update(context.Background(), func(tx journal.Tx) error {
-					_, err := tx.AppendEvent(journal.Event{Type: "test.live"})
-					return err
+					return tx.AppendEvent(journal.Event{Type: "test.live"})
 				}); err != nil {
 					t.Error(err)
 				}
@@ -261,7 +265,7 @@ func testEventsPaging(t *testing.T, open func(*testing.T, Options) journal.Store
 			if i%100 == 99 {
 				typ = "test.signal"
 			}
-			if _, err := tx.AppendEvent(journal.Event{Type: typ}); err != nil {
+			if err := tx.AppendEvent(journal.Event{Type: typ}); err != nil {
 				return err
 			}
 		}

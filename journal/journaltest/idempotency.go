@@ -37,7 +37,7 @@ func bump(ctx context.Context, s journal.Store, key string, req bumpRequest, run
 				return nil, err
 			}
 		}
-		if _, err := tx.AppendEvent(journal.Event{Type: "test.bump", IdempotencyKey: key}); err != nil {
+		if err := tx.AppendEvent(journal.Event{Type: "test.bump", IdempotencyKey: key}); err != nil {
 			return nil, err
 		}
 		return bumpResult{Value: v, Comment: "<&> kept verbatim"}, nil

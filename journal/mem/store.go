@@ -102,7 +102,7 @@ func (s *Store) Update(ctx context.Context, fn func(tx journal.Tx) error) error 
 	s.mu.Lock()
 	s.apply(t.writes)
 	s.mu.Unlock()
-	if t.appended {
+	if t.appends.Appended() {
 		s.notify.Broadcast()
 	}
 	return s.opts.Failpoint(journal.FailpointUpdateAfterCommit)
@@ -258,7 +258,7 @@ func (r *reader) Now() time.Time { return r.now }
 type tx struct {
 	reader
 	writes   map[string][]byte // nil value: deleted
-	appended bool
+	appends  kvutil.Appends
 }
 
 func (t *tx) Put(key, value []byte) error {
@@ -290,13 +290,20 @@ func (t *tx) Delete(key []byte) error {
 	return nil
 }
 
-func (t *tx) AppendEvent(ev journal.Event) (uint64, error) {
+func (t *tx) AppendEvent(ev journal.Event) error {
+	if t.ended {
+		return errEnded
+	}
+	return t.appends.Append(t, t.now, ev)
+}
+
+func (t *tx) Events(after uint64, fn func(ev journal.Event) error) error {
+	return t.appends.Events(t.Scan, after, fn)
+}
+
+func (t *tx) LastSeq() (uint64, error) {
 	if t.ended {
 		return 0, errEnded
 	}
-	seq, err := kvutil.AppendEvent(t, t.now, ev)
-	if err == nil {
-		t.appended = true
-	}
-	return seq, err
+	return t.appends.LastSeq(t.Get)
 }

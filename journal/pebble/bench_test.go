@@ -108,7 +108,7 @@ func BenchmarkFork(b *testing.B) {
 					if err := journal.CreateNode(tx, c); err != nil {
 						return nil, err
 					}
-					if _, err := tx.AppendEvent(c.Event(journal.EventNodeForked)); err != nil {
+					if err := tx.AppendEvent(c.Event(journal.EventNodeForked)); err != nil {
 						return nil, err
 					}
 					return c, nil

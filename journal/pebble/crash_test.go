@@ -67,7 +67,7 @@ func forkOnce(ctx context.Context, s journal.Store, i int) ([]byte, bool, error)
 		if _, err := journal.Increment(tx, "forks"); err != nil {
 			return nil, err
 		}
-		if _, err := tx.AppendEvent(n.Event(journal.EventNodeForked)); err != nil {
+		if err := tx.AppendEvent(n.Event(journal.EventNodeForked)); err != nil {
 			return nil, err
 		}
 		return forkResult(i), nil

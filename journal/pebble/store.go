@@ -210,7 +210,7 @@ func (s *Store) Update(ctx context.Context, fn func(tx journal.Tx) error) error 
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("journal commit: %w", mapErr(err))
 	}
-	if t.appended {
+	if t.appends.Appended() {
 		s.notify.Broadcast()
 	}
 	return s.opts.Failpoint(journal.FailpointUpdateAfterCommit)
@@ -341,7 +341,7 @@ func (r *reader) Now() time.Time { return r.now }
 type tx struct {
 	reader
 	b        *pebble.Batch
-	appended bool
+	appends  kvutil.Appends
 }
 
 func (t *tx) Put(key, value []byte) error {
@@ -369,15 +369,22 @@ func (t *tx) Delete(key []byte) error {
 	return mapErr(t.b.Delete(key, nil))
 }
 
-func (t *tx) AppendEvent(ev journal.Event) (uint64, error) {
+func (t *tx) AppendEvent(ev journal.Event) error {
+	if t.ended {
+		return errEnded
+	}
+	return t.appends.Append(t, t.now, ev)
+}
+
+func (t *tx) Events(after uint64, fn func(ev journal.Event) error) error {
+	return t.appends.Events(t.Scan, after, fn)
+}
+
+func (t *tx) LastSeq() (uint64, error) {
 	if t.ended {
 		return 0, errEnded
 	}
-	seq, err := kvutil.AppendEvent(t, t.now, ev)
-	if err == nil {
-		t.appended = true
-	}
-	return seq, err
+	return t.appends.LastSeq(t.Get)
 }
 
 // mapErr gives pebble's corruption errors our class.

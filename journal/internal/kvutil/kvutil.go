@@ -70,7 +70,55 @@ func LastSeq(get func(key []byte) ([]byte, error)) (uint64, error) {
 	return binary.BigEndian.Uint64(b), nil
 }
 
-// AppendEvent implements Tx.AppendEvent over kv.
+// Appends implements Tx.AppendEvent, and the reads of the log that must not
+// see the transaction's own appends, for a store whose transactions write
+// the log directly (a counter key under a single writer): the zero value
+// is a transaction that appended nothing.
+type Appends struct {
+	appended  bool
+	committed uint64 // the last seq before this transaction's first append
+}
+
+// Append appends ev through kv.
+func (a *Appends) Append(kv KV, now time.Time, ev journal.Event) error {
+	seq, err := AppendEvent(kv, now, ev)
+	if err == nil && !a.appended {
+		a.appended, a.committed = true, seq-1
+	}
+	return err
+}
+
+// Appended reports whether the transaction appended an event.
+func (a *Appends) Appended() bool { return a.appended }
+
+// Events implements Reader.Events in the transaction: the committed log.
+func (a *Appends) Events(scan func(start, end []byte, fn func(k, v []byte) error) error, after uint64, fn func(journal.Event) error) error {
+	if !a.appended {
+		return ScanEvents(scan, after, fn)
+	}
+	if after >= a.committed {
+		return nil
+	}
+	start, _ := EventRange(after)
+	end, _ := EventRange(a.committed)
+	return scan(start, end, func(k, v []byte) error {
+		ev, err := DecodeEvent(k, v)
+		if err != nil {
+			return err
+		}
+		return fn(ev)
+	})
+}
+
+// LastSeq implements Reader.LastSeq in the transaction.
+func (a *Appends) LastSeq(get func(key []byte) ([]byte, error)) (uint64, error) {
+	if a.appended {
+		return a.committed, nil
+	}
+	return LastSeq(get)
+}
+
+// AppendEvent writes ev through kv as the next event and returns its seq.
 func AppendEvent(kv KV, now time.Time, ev journal.Event) (uint64, error) {
 	if err := ev.Validate(); err != nil {
 		return 0, fmt.Errorf("append event: %w", err)
