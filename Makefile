@@ -44,7 +44,10 @@ vet:
 # -race needs cgo whatever CGO_ENABLED the binaries are built with.
 # -count=1: e2e and crashtest build esfd/esfctl with `go build` in TestMain,
 # which go test's result cache cannot see, so a cached pass could be stale.
+# ESF_ETCD: the pinned etcd server the journal/etcd, crash and bench tests
+# start on loopback (scripts/etcd.sh builds it once per machine).
 test: deps vet
+	ESF_ETCD=$$(./scripts/etcd.sh) && export ESF_ETCD && \
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 	@for m in $(ADAPTERS); do echo "go test $$m"; (cd $$m && CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...) || exit 1; done
 
@@ -53,10 +56,10 @@ test: deps vet
 # bench/results.json (bench-quick: bench/results-quick.json, < 5 min).
 # Needs root. Extra flags: make bench BENCHARGS='-bench.run io -bench.profile out'.
 bench: deps
-	$(GO) test ./bench -run '^TestBench$$' -count=1 -v -timeout 80m -args -bench.full $(BENCHARGS)
+	ESF_ETCD=$$(./scripts/etcd.sh) $(GO) test ./bench -run '^TestBench$$' -count=1 -v -timeout 80m -args -bench.full $(BENCHARGS)
 
 bench-quick: deps
-	$(GO) test ./bench -run '^TestBench$$' -count=1 -v -timeout 15m -args -bench.quick $(BENCHARGS)
+	ESF_ETCD=$$(./scripts/etcd.sh) $(GO) test ./bench -run '^TestBench$$' -count=1 -v -timeout 15m -args -bench.quick $(BENCHARGS)
 
 fmt:
 	gofmt -l -w .

@@ -8,8 +8,9 @@
 // fails the test instead.
 //
 // ESF_TEST_REQUIRE is "all" or a comma-separated list of capability names
-// (root, fuse, overlay, runc, busybox, or cmd:NAME for a program on PATH);
-// a listed capability that is missing fails the test, any other skips it.
+// (root, fuse, overlay, runc, busybox, etcd, or cmd:NAME for a program on
+// PATH); a listed capability that is missing fails the test, any other
+// skips it.
 //
 // Checks run once per process and are safe for concurrent use. The package
 // also holds the few helpers that set real components up for tests

@@ -24,6 +24,7 @@ var checks = map[string]func() error{
 	"overlay": checkOverlay,
 	"runc":    checkRunc,
 	"busybox": checkBusybox,
+	"etcd":    checkEtcd,
 }
 
 var (
@@ -150,6 +151,36 @@ func checkBusybox() error {
 	out, err := exec.Command("file", "-L", BusyboxPath).Output()
 	if err == nil && !bytes.Contains(out, []byte("statically linked")) {
 		return fmt.Errorf("%s is not static (apt-get install busybox-static)", BusyboxPath)
+	}
+	return nil
+}
+
+// EtcdEnv names the etcd server binary the tests start (scripts/etcd.sh
+// builds the pinned one; make test sets it).
+const EtcdEnv = "ESF_ETCD"
+
+// EtcdBinary is the etcd server binary the tests start, or why there is
+// none.
+func EtcdBinary() (string, error) {
+	if err := Missing("etcd"); err != nil {
+		return "", err
+	}
+	return os.Getenv(EtcdEnv), nil
+}
+
+// checkEtcd wants $ESF_ETCD to be an etcd server of a maintained release
+// (3.6 or 3.7): Debian's etcd 3.4 is past its end of life.
+func checkEtcd() error {
+	bin := os.Getenv(EtcdEnv)
+	if bin == "" {
+		return fmt.Errorf("needs %s=$(scripts/etcd.sh) (make test sets it)", EtcdEnv)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("%s=%s: %v", EtcdEnv, bin, err)
+	}
+	if !bytes.Contains(out, []byte("etcd Version: 3.6.")) && !bytes.Contains(out, []byte("etcd Version: 3.7.")) {
+		return fmt.Errorf("%s=%s is not etcd 3.6 or 3.7: %s", EtcdEnv, bin, bytes.TrimSpace(out))
 	}
 	return nil
 }

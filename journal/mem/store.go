@@ -257,8 +257,8 @@ func (r *reader) Now() time.Time { return r.now }
 
 type tx struct {
 	reader
-	writes   map[string][]byte // nil value: deleted
-	appends  kvutil.Appends
+	writes  map[string][]byte // nil value: deleted
+	appends kvutil.Appends
 }
 
 func (t *tx) Put(key, value []byte) error {

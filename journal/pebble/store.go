@@ -340,8 +340,8 @@ func (r *reader) Now() time.Time { return r.now }
 
 type tx struct {
 	reader
-	b        *pebble.Batch
-	appends  kvutil.Appends
+	b       *pebble.Batch
+	appends kvutil.Appends
 }
 
 func (t *tx) Put(key, value []byte) error {

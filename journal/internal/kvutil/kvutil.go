@@ -22,7 +22,7 @@ import (
 // that appending never scans.
 var (
 	eventPrefix = []byte(journal.ReservedPrefix + "ev/")
-	seqKey      = []byte(journal.ReservedPrefix + "evseq")
+	SeqKey      = []byte(journal.ReservedPrefix + "evseq")
 	SchemaKey   = []byte(journal.ReservedPrefix + "schema")
 )
 
@@ -57,7 +57,7 @@ type KV interface {
 
 // LastSeq reads the last appended seq through get (0 if none).
 func LastSeq(get func(key []byte) ([]byte, error)) (uint64, error) {
-	b, err := get(seqKey)
+	b, err := get(SeqKey)
 	if errors.Is(err, journal.ErrNotFound) {
 		return 0, nil
 	}
@@ -143,7 +143,7 @@ func AppendEvent(kv KV, now time.Time, ev journal.Event) (uint64, error) {
 	}
 	var s [8]byte
 	binary.BigEndian.PutUint64(s[:], ev.Seq)
-	if err := kv.RawPut(seqKey, s[:]); err != nil {
+	if err := kv.RawPut(SeqKey, s[:]); err != nil {
 		return 0, err
 	}
 	return ev.Seq, nil

@@ -1,0 +1,362 @@
+// Package etcdtest starts real etcd clusters (1 or 3 members) on loopback
+// for tests and benchmarks, from the pinned server binary that
+// scripts/etcd.sh builds ($ESF_ETCD; make test sets it). Tests call
+// testenv.Require(t, "etcd") first (Start does), so CI fails without it.
+//
+// Each member is a child process with its data under a temporary directory;
+// Stop (registered with t.Cleanup by Start) kills them and removes it.
+// Members can be killed (SIGKILL) and restarted on the same data, for the
+// fault tests; Leader finds the current leader.
+package etcdtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/esf-dev/esf/internal/testenv"
+)
+
+// Options shape a cluster.
+type Options struct {
+	// Members is 1 or 3 (default 1).
+	Members int
+	// NoFsync runs etcd with --unsafe-no-fsync: no durability against a
+	// machine crash (a process kill loses nothing either way, the page
+	// cache survives it), for tests that only need the semantics.
+	NoFsync bool
+	// Dir holds the members' data; default a new temporary directory,
+	// removed by Stop.
+	Dir string
+}
+
+// Cluster is a running etcd cluster.
+type Cluster struct {
+	Members []*Member
+	dir     string
+	ownDir  bool
+	mu      sync.Mutex
+}
+
+// Member is one etcd process.
+type Member struct {
+	Name      string
+	ClientURL string
+	PeerURL   string
+	args      []string
+	logFile   string
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	exited    chan struct{}
+}
+
+// Start starts a cluster for t and stops it when t ends. It skips or fails
+// t (testenv) when no etcd binary is configured.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	testenv.Require(t, "etcd")
+	c, err := StartCluster(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// StartCluster is Start outside a test (a TestMain, a benchmark): the
+// caller stops it.
+func StartCluster(opts Options) (*Cluster, error) {
+	bin, err := testenv.EtcdBinary()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Members == 0 {
+		opts.Members = 1
+	}
+	if opts.Members != 1 && opts.Members != 3 {
+		return nil, fmt.Errorf("etcdtest: %d members: want 1 or 3", opts.Members)
+	}
+	c := &Cluster{dir: opts.Dir}
+	if c.dir == "" {
+		if c.dir, err = os.MkdirTemp("", "etcdtest"); err != nil {
+			return nil, err
+		}
+		c.ownDir = true
+	}
+	// Ports: ask the kernel for free ones; a clash with another process in
+	// the moment between is retried as a whole.
+	for attempt := 0; ; attempt++ {
+		err = c.start(bin, opts)
+		if err == nil {
+			return c, nil
+		}
+		c.killAll()
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			c.Stop()
+			return nil, err
+		}
+	}
+}
+
+func (c *Cluster) start(bin string, opts Options) error {
+	c.Members = nil
+	ports, err := freePorts(2 * opts.Members)
+	if err != nil {
+		return err
+	}
+	token := fmt.Sprintf("esf-%d-%d", os.Getpid(), time.Now().UnixNano())
+	var initial []string
+	for i := range opts.Members {
+		m := &Member{
+			Name:      fmt.Sprintf("m%d", i),
+			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
+		}
+		c.Members = append(c.Members, m)
+		initial = append(initial, m.Name+"="+m.PeerURL)
+	}
+	for _, m := range c.Members {
+		data := filepath.Join(c.dir, m.Name)
+		if err := os.RemoveAll(data); err != nil {
+			return err
+		}
+		m.logFile = filepath.Join(c.dir, m.Name+".log")
+		m.args = []string{bin,
+			"--name", m.Name, "--data-dir", data,
+			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
+			"--listen-peer-urls", m.PeerURL, "--initial-advertise-peer-urls", m.PeerURL,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", token, "--log-level", "warn",
+		}
+		if opts.NoFsync {
+			m.args = append(m.args, "--unsafe-no-fsync")
+		}
+		if err := m.run(); err != nil {
+			return err
+		}
+	}
+	return c.WaitReady(60 * time.Second)
+}
+
+func (m *Member) run() error {
+	log, err := os.OpenFile(m.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.Command(m.args[0], m.args[1:]...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Its own process group, and killed with the test process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("etcdtest: start %s: %w", m.Name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	m.mu.Lock()
+	m.cmd, m.exited = cmd, exited
+	m.mu.Unlock()
+	return nil
+}
+
+// Log is what the member wrote so far.
+func (m *Member) Log() string {
+	b, _ := os.ReadFile(m.logFile)
+	return string(b)
+}
+
+// Running reports whether the member's process runs.
+func (m *Member) Running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return false
+	}
+	select {
+	case <-m.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill ends the member with SIGKILL and waits for it.
+func (m *Member) Kill() {
+	m.mu.Lock()
+	cmd, exited := m.cmd, m.exited
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// Restart starts a killed member again on its data.
+func (m *Member) Restart() error {
+	if m.Running() {
+		return fmt.Errorf("etcdtest: %s is running", m.Name)
+	}
+	args := append([]string(nil), m.args...)
+	for i := range args {
+		if args[i] == "new" && i > 0 && args[i-1] == "--initial-cluster-state" {
+			args[i] = "existing"
+		}
+	}
+	m.args = args
+	return m.run()
+}
+
+// Endpoints are the members' client URLs.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, m := range c.Members {
+		eps = append(eps, m.ClientURL)
+	}
+	return eps
+}
+
+// URL is the esfd --journal value for the cluster and prefix.
+func (c *Cluster) URL(prefix string) string {
+	var hosts []string
+	for _, m := range c.Members {
+		hosts = append(hosts, strings.TrimPrefix(m.ClientURL, "http://"))
+	}
+	return "etcd://" + strings.Join(hosts, ",") + "/" + prefix
+}
+
+// Client returns a client of the cluster, closed when t ends.
+func (c *Cluster) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cli, err := c.NewClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// NewClient returns a client of the cluster; the caller closes it.
+func (c *Cluster) NewClient() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+}
+
+// WaitReady waits until every running member answers and the cluster has
+// a leader.
+func (c *Cluster) WaitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		for _, m := range c.Members {
+			if !m.Running() {
+				if m.cmd != nil {
+					return fmt.Errorf("etcdtest: %s exited:\n%s", m.Name, tail(m.Log()))
+				}
+			}
+		}
+		if _, last = c.Leader(); last == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var logs []string
+	for _, m := range c.Members {
+		logs = append(logs, m.Name+":\n"+tail(m.Log()))
+	}
+	return fmt.Errorf("etcdtest: cluster not ready after %v: %v\n%s", timeout, last, strings.Join(logs, "\n"))
+}
+
+// Leader returns the index of the member that leads, asking the running
+// members.
+func (c *Cluster) Leader() (int, error) {
+	var eps []string
+	for _, m := range c.Members {
+		if m.Running() {
+			eps = append(eps, m.ClientURL)
+		}
+	}
+	if len(eps) == 0 {
+		return -1, errors.New("etcdtest: no member runs")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return -1, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, ep := range eps {
+		st, err := cli.Status(ctx, ep)
+		if err != nil {
+			return -1, err
+		}
+		if st.Leader == 0 {
+			return -1, errors.New("etcdtest: no leader yet")
+		}
+		if st.Leader == st.Header.MemberId {
+			for i, m := range c.Members {
+				if m.ClientURL == ep {
+					return i, nil
+				}
+			}
+		}
+	}
+	return -1, errors.New("etcdtest: the leader is not a running member")
+}
+
+// Stop kills every member and removes the data if Start made its directory.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.killAll()
+	if c.ownDir {
+		os.RemoveAll(c.dir)
+	}
+}
+
+func (c *Cluster) killAll() {
+	for _, m := range c.Members {
+		m.Kill()
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func tail(s string) string {
+	if len(s) > 4000 {
+		return "…" + s[len(s)-4000:]
+	}
+	return s
+}
