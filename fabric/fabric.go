@@ -39,6 +39,9 @@ type Options struct {
 	Store *local.Options
 	// Journal configures the state plane (pebble under <state>/journal).
 	Journal journalpebble.Options
+	// JournalStore, if set, is the state plane instead of pebble (the
+	// etcd journal several workers share); Close closes it.
+	JournalStore journal.Store
 	// ProjectionCommand runs the FUSE projection server as a child process
 	// (esfd passes itself with "fuse-server"). Empty serves the projection
 	// in-process, which only tests should do: a process that serves a FUSE
@@ -218,9 +221,11 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	f.exec = opts.Executor
 	f.wasm = opts.WASI
 	f.ids = journal.NewIDGen(opts.Now, nil)
-	f.journal, err = journalpebble.Open(filepath.Join(stateDir, "journal"), opts.Journal)
-	if err != nil {
-		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+	if f.journal = opts.JournalStore; f.journal == nil {
+		f.journal, err = journalpebble.Open(filepath.Join(stateDir, "journal"), opts.Journal)
+		if err != nil {
+			return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+		}
 	}
 	if f.provKey, err = loadKey(filepath.Join(stateDir, "provenance.key")); err != nil {
 		return fail(fmt.Errorf("open state %s: %w", stateDir, err))

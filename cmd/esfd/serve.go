@@ -18,6 +18,8 @@ import (
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/internal/size"
+	"github.com/esf-dev/esf/journal"
+	journaletcd "github.com/esf-dev/esf/journal/etcd"
 	"github.com/esf-dev/esf/metrics"
 	"github.com/esf-dev/esf/wasi"
 )
@@ -42,8 +44,45 @@ func logLevelFlag() cli.Flag {
 	}
 }
 
-func serveFlags() []cli.Flag {
+// journalFlags choose the state plane; serve and stop-all take them.
+func journalFlags() []cli.Flag {
 	return []cli.Flag{
+		&cli.StringFlag{
+			Name: "journal",
+			Usage: "the state plane: empty for the embedded pebble journal under the state dir, or " +
+				"etcd://HOST:PORT[,HOST:PORT...]/PREFIX (etcds:// for TLS) for a journal on an etcd cluster",
+			Sources: cli.EnvVars("ESF_JOURNAL"),
+		},
+		&cli.StringFlag{
+			Name:    "etcd-ca",
+			Usage:   "CA certificate (PEM) that verifies the etcd members (etcds://; default: the system's roots)",
+			Sources: cli.EnvVars("ESF_ETCD_CA"),
+		},
+		&cli.StringFlag{
+			Name:    "etcd-cert",
+			Usage:   "client certificate (PEM) for etcd (etcds://), with --etcd-key",
+			Sources: cli.EnvVars("ESF_ETCD_CERT"),
+		},
+		&cli.StringFlag{
+			Name:    "etcd-key",
+			Usage:   "the client certificate's key (PEM)",
+			Sources: cli.EnvVars("ESF_ETCD_KEY"),
+		},
+		&cli.StringFlag{
+			Name:    "etcd-user",
+			Usage:   "etcd user, for a cluster with auth enabled (with --etcd-password-file)",
+			Sources: cli.EnvVars("ESF_ETCD_USER"),
+		},
+		&cli.StringFlag{
+			Name:    "etcd-password-file",
+			Usage:   "file holding the etcd user's password",
+			Sources: cli.EnvVars("ESF_ETCD_PASSWORD_FILE"),
+		},
+	}
+}
+
+func serveFlags() []cli.Flag {
+	flags := []cli.Flag{
 		stateFlag(),
 		&cli.StringFlag{
 			Name:    "socket",
@@ -51,6 +90,9 @@ func serveFlags() []cli.Flag {
 			Sources: cli.EnvVars("ESF_SOCKET"),
 		},
 		logLevelFlag(),
+	}
+	flags = append(flags, journalFlags()...)
+	return append(flags,
 		&cli.DurationFlag{
 			Name:  "shutdown-grace",
 			Usage: "how long in-flight requests may run after SIGTERM",
@@ -72,7 +114,7 @@ func serveFlags() []cli.Flag {
 			Name:  "init",
 			Usage: "the static container init (default: esf-init beside esfd); runc attempts are refused without it",
 		},
-	}
+	)
 }
 
 // leaseReapInterval is how often the daemon fails attempts whose lease
@@ -124,8 +166,14 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	if ex != nil {
 		opts.Executor = ex
 	}
+	if opts.JournalStore, err = openJournal(ctx, cmd, log); err != nil {
+		return err
+	}
 	f, err := fabric.Open(ctx, opts)
 	if err != nil {
+		if opts.JournalStore != nil {
+			opts.JournalStore.Close()
+		}
 		return err
 	}
 	defer f.Close()
@@ -177,6 +225,30 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	// for the next daemon to adopt; `esfd stop-all` tears them down.
 	log.Info("stopped")
 	return nil
+}
+
+// openJournal opens the journal --journal names, or returns nil for the
+// embedded default (fabric opens pebble in the state dir).
+func openJournal(ctx context.Context, cmd *cli.Command, log *slog.Logger) (journal.Store, error) {
+	u := cmd.String("journal")
+	if u == "" || u == "pebble" {
+		return nil, nil
+	}
+	if !journaletcd.IsURL(u) {
+		return nil, fmt.Errorf("--journal %q: want empty (pebble) or etcd://HOST:PORT/PREFIX", u)
+	}
+	o, err := journaletcd.Config{URL: u, CAFile: cmd.String("etcd-ca"), CertFile: cmd.String("etcd-cert"),
+		KeyFile: cmd.String("etcd-key"), User: cmd.String("etcd-user"), PasswordFile: cmd.String("etcd-password-file")}.Options()
+	if err != nil {
+		return nil, err
+	}
+	o.Logger = log
+	s, err := journaletcd.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("journal on etcd", "endpoints", o.Endpoints, "prefix", s.Prefix())
+	return s, nil
 }
 
 // projectionCommand runs this same binary as the projection server.

@@ -27,7 +27,7 @@ func stopAllCommand() *cli.Command {
 			"for the next esfd to adopt. stop-all ends them: each live attempt is released\n" +
 			"(its unsealed changes are lost) and the projection is unmounted. It waits for\n" +
 			"the projection server process to exit.",
-		Flags:  []cli.Flag{stateFlag(), logLevelFlag()},
+		Flags:  append([]cli.Flag{stateFlag(), logLevelFlag()}, journalFlags()...),
 		Action: stopAll,
 	}
 }
@@ -51,8 +51,14 @@ func stopAll(ctx context.Context, cmd *cli.Command) error {
 	if ex, err := runcExecutor(state, "", log); err == nil {
 		opts.Executor = ex
 	}
+	if opts.JournalStore, err = openJournal(ctx, cmd, log); err != nil {
+		return err
+	}
 	f, err := fabric.Open(ctx, opts)
 	if err != nil {
+		if opts.JournalStore != nil {
+			opts.JournalStore.Close()
+		}
 		return err
 	}
 	defer f.Close()
