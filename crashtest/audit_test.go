@@ -5,14 +5,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/esf-dev/esf/journal"
-	jpebble "github.com/esf-dev/esf/journal/pebble"
 )
 
 // snapshot is every record of a journal, read with esfd stopped (or dead).
@@ -29,34 +25,21 @@ type snapshot struct {
 	events   []journal.Event
 }
 
-// readJournal reads <state>/journal. With a scratch dir it reads a copy
-// there, so that the state esfd restarts on is exactly what a crash left
-// (opening a pebble store replays its WAL and rewrites its files); a
-// cleanly closed journal can be read in place.
+// readJournal reads the pebble journal of state (through a copy in
+// scratch, see journalMode.read).
 func readJournal(state, scratch string) (*snapshot, error) {
-	dir := filepath.Join(state, "journal")
-	if scratch != "" {
-		if err := os.RemoveAll(scratch); err != nil {
-			return nil, err
-		}
-		if out, err := exec.Command("cp", "-a", dir, scratch).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("copy journal: %v: %s", err, out)
-		}
-		defer os.RemoveAll(scratch)
-		dir = scratch
-	}
-	s, err := jpebble.Open(dir, jpebble.Options{})
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
+	return pebbleMode.read(state, "", scratch)
+}
+
+// readStore reads every record of s.
+func readStore(s journal.Store) (*snapshot, error) {
 	snap := &snapshot{
 		groups: map[string]journal.Group{}, nodes: map[string]journal.Node{}, attempts: map[string]journal.Attempt{},
 		runtimes: map[string]journal.AttemptRuntime{}, evals: map[string]journal.Evaluation{},
 		leases: map[string]journal.Lease{}, idem: map[string]journal.IdempotencyEntry{},
 		counters: map[string]uint64{}, index: map[string]bool{},
 	}
-	err = s.View(context.Background(), func(r journal.Reader) error {
+	err := s.View(context.Background(), func(r journal.Reader) error {
 		// Records are read through the journal's own getters, which decode
 		// strictly and validate: a torn or half-written value fails here.
 		each := func(prefix string, get func(id string) error) error {

@@ -134,15 +134,17 @@ func killAndWait(pids []int) {
 }
 
 // teardown removes whatever a case left under dir: with stopAll, first
-// through `esfd stop-all`; then every mount (which ends the projection
-// server), then esfd processes naming dir or the recorded projection pid.
-// It returns what it had to remove by force.
-func teardown(dir, state string, stopAll bool) []string {
+// through `esfd stop-all` (on the journal mode and prefix say); then every
+// mount (which ends the projection server), then esfd processes naming dir
+// or the recorded projection pid. It returns what it had to remove by
+// force.
+func teardown(dir, state string, mode *journalMode, prefix string, stopAll bool) []string {
 	var notes []string
 	// esfd's own full teardown first (release every attempt, stop the
 	// projection); then whatever it could not remove, by force.
-	if stopAll && exists(filepath.Join(state, "journal")) {
-		cmd := exec.Command(esfdBin, "stop-all", "--state", state, "--log-level", "error")
+	if stopAll && mode.exists(state) {
+		args := append([]string{"stop-all", "--state", state, "--log-level", "error"}, mode.args(prefix)...)
+		cmd := exec.Command(esfdBin, args...)
 		cmd.Env = childEnv("")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			notes = append(notes, fmt.Sprintf("esfd stop-all: %v: %s", err, strings.TrimSpace(string(out))))

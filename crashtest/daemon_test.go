@@ -49,12 +49,14 @@ type daemon struct {
 	hc            *http.Client
 }
 
-// startDaemon runs esfd on state, armed with the failpoint spec (none if
-// empty), and waits until it answers GET /v1/status. A daemon that exits
-// first is an error carrying its log.
-func startDaemon(state, socket, failpoints string) (*daemon, error) {
+// startDaemon runs esfd on state (with the journal flags journalArgs),
+// armed with the failpoint spec (none if empty), and waits until it
+// answers GET /v1/status. A daemon that exits first is an error carrying
+// its log.
+func startDaemon(state, socket, failpoints string, journalArgs []string) (*daemon, error) {
 	d := &daemon{state: state, socket: socket, failpoints: failpoints, logs: &logBuffer{}, exited: make(chan struct{})}
-	d.cmd = exec.Command(esfdBin, "--state", state, "--socket", socket, "--log-level", "debug", "--shutdown-grace", "10s")
+	args := append([]string{"--state", state, "--socket", socket, "--log-level", "debug", "--shutdown-grace", "10s"}, journalArgs...)
+	d.cmd = exec.Command(esfdBin, args...)
 	d.cmd.Env = childEnv(failpoints)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	d.hc = &http.Client{

@@ -18,6 +18,7 @@ import (
 
 	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/journal"
+	jetcd "github.com/esf-dev/esf/journal/etcd"
 	"github.com/esf-dev/esf/journal/failpoint"
 )
 
@@ -32,6 +33,8 @@ import (
 //	├── C   draft
 //	└── D   draft
 type graph struct {
+	mode                      *journalMode
+	prefix                    string // the journal's key prefix (etcd)
 	state                     string // template state dir, projection unmounted
 	RootID                    string // the imported fixture's root
 	Group                     string
@@ -46,16 +49,18 @@ type graph struct {
 	snapErr  error
 }
 
+// templates holds one template graph per journal mode.
 var (
-	tplOnce sync.Once
-	tpl     *graph
+	tplMu     sync.Mutex
+	templates = map[string]*graph{}
+	tplOnces  = map[string]*sync.Once{}
 )
 
 // snapshot is the template's journal, read and audited once.
 func (g *graph) snapshot(t *testing.T) *snapshot {
 	t.Helper()
 	g.snapOnce.Do(func() {
-		g.snap, g.snapErr = readJournal(g.state, filepath.Join(workDir, "tpl", "journal-copy"))
+		g.snap, g.snapErr = g.mode.read(g.state, g.prefix, filepath.Join(workDir, "tpl-"+g.mode.name, "journal-copy"))
 		if g.snapErr == nil {
 			if bad := g.snap.audit(); len(bad) > 0 {
 				g.snapErr = fmt.Errorf("template journal inconsistent:\n  %s", strings.Join(bad, "\n  "))
@@ -68,30 +73,54 @@ func (g *graph) snapshot(t *testing.T) *snapshot {
 	return g.snap
 }
 
-// template builds the graph once per run with a clean esfd.
-func template(t *testing.T) *graph {
+// template builds the graph of a journal mode once per run with a clean
+// esfd.
+func template(t *testing.T, mode *journalMode) *graph {
 	t.Helper()
 	requireRoot(t)
-	tplOnce.Do(func() {
-		start := time.Now()
-		tpl = &graph{}
-		tpl.err = tpl.build()
-		tpl.buildTime = time.Since(start)
-	})
-	if tpl.err != nil {
-		t.Fatalf("prepare the template state: %v", tpl.err)
+	tplMu.Lock()
+	once, ok := tplOnces[mode.name]
+	if !ok {
+		once = &sync.Once{}
+		tplOnces[mode.name] = once
 	}
-	return tpl
+	tplMu.Unlock()
+	once.Do(func() {
+		start := time.Now()
+		g := &graph{mode: mode, prefix: "crash/tpl"}
+		g.err = g.build()
+		g.buildTime = time.Since(start)
+		tplMu.Lock()
+		templates[mode.name] = g
+		tplMu.Unlock()
+	})
+	tplMu.Lock()
+	g := templates[mode.name]
+	tplMu.Unlock()
+	if g.err != nil {
+		t.Fatalf("prepare the %s template state: %v", mode.name, g.err)
+	}
+	return g
+}
+
+// buildTime is how long the template of mode took, for the report.
+func buildTime(mode *journalMode) time.Duration {
+	tplMu.Lock()
+	defer tplMu.Unlock()
+	if g := templates[mode.name]; g != nil {
+		return g.buildTime
+	}
+	return 0
 }
 
 func (g *graph) build() (err error) {
-	dir := filepath.Join(workDir, "tpl")
+	dir := filepath.Join(workDir, "tpl-"+g.mode.name)
 	g.state = filepath.Join(dir, "state")
 	g.fixture = filepath.Join(dir, "fixture")
 	if err := writeFixture(g.fixture); err != nil {
 		return err
 	}
-	d, err := startDaemon(g.state, filepath.Join(dir, "s.sock"), "")
+	d, err := startDaemon(g.state, filepath.Join(dir, "s.sock"), "", g.mode.args(g.prefix))
 	if err != nil {
 		return err
 	}
@@ -99,7 +128,7 @@ func (g *graph) build() (err error) {
 		if serr := d.stop(); err == nil {
 			err = serr
 		}
-		if notes := teardown(dir, g.state, true); len(notes) > 0 && err == nil {
+		if notes := teardown(dir, g.state, g.mode, g.prefix, true); len(notes) > 0 && err == nil {
 			err = fmt.Errorf("template teardown: %s", strings.Join(notes, "; "))
 		}
 		if err != nil {
@@ -219,12 +248,18 @@ type opSpec struct {
 	// storedReply: the reply of a replay is the stored result itself (the
 	// graph operations); attempt operations answer with a fresh view.
 	storedReply bool
+	// staged: on etcd the operation's transaction is too large for one
+	// request, so it also crashes where a published transaction has not
+	// been rolled forward yet (journal.etcd.roll-forward).
+	staged bool
 }
 
 // caseRun is one (operation, failpoint@k) case.
 type caseRun struct {
 	t      *testing.T
 	g      *graph
+	mode   *journalMode
+	prefix string // the journal's key prefix (etcd)
 	spec   *opSpec
 	point  string // armed failpoint, "" for the control run
 	k      int
@@ -305,13 +340,13 @@ func points(op string) (own, journalPoints []string) {
 // runSpec runs every case of spec: each of its own failpoints once, each
 // journal failpoint at its 1st, 2nd, ... evaluation until the operation
 // completes without reaching it.
-func runSpec(t *testing.T, spec *opSpec, m *matrix) {
+func runSpec(t *testing.T, mode *journalMode, spec *opSpec, m *matrix) {
 	own, jps := points(spec.op)
 	if len(own) < 2 || len(jps) != 3 {
 		t.Fatalf("%s: failpoints %v and %v: want fabric.%s.before-update/after-commit and 3 journal ones", spec.name, own, jps, spec.op)
 	}
 	for _, fp := range own {
-		if _, _, skipped := runCase(t, spec, fp, 1, m); skipped {
+		if _, _, skipped := runCase(t, mode, spec, fp, 1, m); skipped {
 			t.Skipf("%s: %s is not served by this esfd", spec.name, spec.op)
 		}
 	}
@@ -323,9 +358,14 @@ func runSpec(t *testing.T, spec *opSpec, m *matrix) {
 	if slices.Sort(known); !slices.Equal(jps, known) {
 		t.Fatalf("journal failpoints %v: the sweep below knows begin, before-commit and after-commit", jps)
 	}
-	updates := sweepPoint(t, spec, m, journal.FailpointUpdateBegin, 8, true)
-	writes := sweepPoint(t, spec, m, journal.FailpointUpdateBeforeCommit, updates, false)
-	if n := sweepPoint(t, spec, m, journal.FailpointUpdateAfterCommit, writes, false); n != writes {
+	if spec.staged && mode.cluster != nil {
+		if crashed, ran, _ := runCase(t, mode, spec, jetcd.FailpointRollForward, 1, m); ran && !crashed {
+			t.Errorf("%s: %s not reached: the transaction was not staged", spec.name, jetcd.FailpointRollForward)
+		}
+	}
+	updates := sweepPoint(t, mode, spec, m, journal.FailpointUpdateBegin, 8, true)
+	writes := sweepPoint(t, mode, spec, m, journal.FailpointUpdateBeforeCommit, updates, false)
+	if n := sweepPoint(t, mode, spec, m, journal.FailpointUpdateAfterCommit, writes, false); n != writes {
 		t.Errorf("%s: %s reached %d times, before-commit %d", spec.name, journal.FailpointUpdateAfterCommit, n, writes)
 	}
 }
@@ -333,12 +373,12 @@ func runSpec(t *testing.T, spec *opSpec, m *matrix) {
 // sweepPoint runs fp at evaluations 1, 2, ... until one is not reached or
 // max have crashed, and returns how many crashed. Past max, one more run
 // is made only if control (and must not crash).
-func sweepPoint(t *testing.T, spec *opSpec, m *matrix, fp string, max int, control bool) int {
+func sweepPoint(t *testing.T, mode *journalMode, spec *opSpec, m *matrix, fp string, max int, control bool) int {
 	for k := 1; ; k++ {
 		if k > max && !control {
 			return max
 		}
-		crashed, ran, _ := runCase(t, spec, fp, k, m)
+		crashed, ran, _ := runCase(t, mode, spec, fp, k, m)
 		switch {
 		case !ran && k > max:
 			return max // -run chose other cases: nothing to learn
@@ -355,22 +395,22 @@ func sweepPoint(t *testing.T, spec *opSpec, m *matrix, fp string, max int, contr
 // runCase runs one case and reports whether the failpoint killed esfd,
 // whether the case ran at all (-run may filter it out) and whether it
 // skipped (no endpoint for the operation).
-func runCase(t *testing.T, spec *opSpec, fp string, k int, m *matrix) (crashed, ran, skipped bool) {
+func runCase(t *testing.T, mode *journalMode, spec *opSpec, fp string, k int, m *matrix) (crashed, ran, skipped bool) {
 	name := fmt.Sprintf("%s@%d", fp, k)
 	t.Run(name, func(t *testing.T) {
 		ran = true
 		defer func() { skipped = t.Skipped() }()
-		c := newCase(t, spec, fp, k)
+		c := newCase(t, mode, spec, fp, k)
 		crashed = c.run(m)
 	})
 	return crashed, ran, skipped
 }
 
-func newCase(t *testing.T, spec *opSpec, fp string, k int) *caseRun {
-	g := template(t)
+func newCase(t *testing.T, mode *journalMode, spec *opSpec, fp string, k int) *caseRun {
+	g := template(t, mode)
 	n := caseSeq.Add(1)
-	c := &caseRun{t: t, g: g, spec: spec, point: fp, k: k, pre: map[string]string{},
-		dir: filepath.Join(workDir, fmt.Sprintf("c%d", n))}
+	c := &caseRun{t: t, g: g, mode: mode, prefix: fmt.Sprintf("crash/c%d", n), spec: spec, point: fp, k: k,
+		pre: map[string]string{}, dir: filepath.Join(workDir, fmt.Sprintf("c%d", n))}
 	c.state = filepath.Join(c.dir, "state")
 	c.socket = filepath.Join(c.dir, "s.sock")
 	c.key = fmt.Sprintf("crash-%s-%s-%d", spec.name, fp, k)
@@ -382,7 +422,7 @@ func newCase(t *testing.T, spec *opSpec, fp string, k int) *caseRun {
 		if c.d != nil {
 			c.d.kill()
 		}
-		if notes := teardown(c.dir, c.state, false); len(notes) > 0 {
+		if notes := teardown(c.dir, c.state, c.mode, c.prefix, false); len(notes) > 0 {
 			t.Logf("cleanup: %s", strings.Join(notes, "; "))
 		}
 		if ms := mountsUnder(c.dir); len(ms) > 0 {
@@ -399,6 +439,9 @@ func newCase(t *testing.T, spec *opSpec, fp string, k int) *caseRun {
 	if out, err := exec.Command("cp", "-a", g.state, c.state).CombinedOutput(); err != nil {
 		t.Fatalf("copy template: %v: %s", err, out)
 	}
+	if err := mode.copy(g.prefix, c.prefix); err != nil {
+		t.Fatalf("copy the template's journal: %v", err)
+	}
 	timing.since("copy template", start)
 	return c
 }
@@ -407,7 +450,7 @@ func newCase(t *testing.T, spec *opSpec, fp string, k int) *caseRun {
 func (c *caseRun) start(spec string) *daemon {
 	c.t.Helper()
 	defer timing.since("start", time.Now())
-	d, err := startDaemon(c.state, c.socket, spec)
+	d, err := startDaemon(c.state, c.socket, spec, c.mode.args(c.prefix))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -439,7 +482,7 @@ func (c *caseRun) snapshot(when string, crashed bool) *snapshot {
 		c.seq++
 		scratch = filepath.Join(c.dir, fmt.Sprintf("journal-%d", c.seq))
 	}
-	s, err := readJournal(c.state, scratch)
+	s, err := c.mode.read(c.state, c.prefix, scratch)
 	if err != nil {
 		c.t.Fatalf("journal %s: %v", when, err)
 	}

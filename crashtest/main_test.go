@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/esf-dev/esf/internal/etcdtest"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // Set by TestMain: the esfd binary under test, or why the tests skip.
@@ -46,6 +49,18 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "crashtest: go build ./cmd/esfd: %v\n%s", err, out)
 		return 1
 	}
+	// One etcd cluster for the run's etcd-mode cases, each under its own
+	// key prefix. No fsync: esfd is what the cases kill, never etcd, and a
+	// killed process loses nothing of what it wrote to the page cache.
+	if etcdMissing = testenv.Check("etcd"); etcdMissing == nil {
+		c, err := etcdtest.StartCluster(etcdtest.Options{Members: 1, NoFsync: true, Dir: filepath.Join(dir, "etcd")})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "crashtest: start etcd: %v\n", err)
+			return 1
+		}
+		defer c.Stop()
+		etcdCluster = c
+	}
 	code := m.Run()
 	// Every case cleans up after itself; this is the last line of defence
 	// and a failure if it finds anything.
@@ -69,6 +84,16 @@ func goTool() string {
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// requireEtcd skips (or, when CI requires etcd, fails) a test that needs
+// the run's etcd cluster.
+func requireEtcd(t testing.TB) {
+	t.Helper()
+	if etcdCluster == nil {
+		testenv.Require(t, "etcd")
+		t.Fatalf("no etcd cluster: %v", etcdMissing)
+	}
 }
 
 func requireRoot(t testing.TB) {

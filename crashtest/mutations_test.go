@@ -28,13 +28,13 @@ func TestFR03_MutationsAreAtomicUnderCrash(t *testing.T) {
 	start := time.Now()
 	var m matrix
 	t.Cleanup(func() {
-		m.log(t, fmt.Sprintf("FR-03 mutations matrix (%v; template %v; time in all cases so far: %v)", time.Since(start).Round(time.Second), tpl.buildTime.Round(time.Millisecond), timing))
+		m.log(t, fmt.Sprintf("FR-03 mutations matrix (%v; template %v; time in all cases so far: %v)", time.Since(start).Round(time.Second), buildTime(pebbleMode).Round(time.Millisecond), timing))
 	})
-	template(t)
+	template(t, pebbleMode)
 	for _, spec := range mutationSpecs() {
 		t.Run(spec.name, func(t *testing.T) {
 			t.Parallel()
-			runSpec(t, spec, &m)
+			runSpec(t, pebbleMode, spec, &m)
 		})
 	}
 }
@@ -107,10 +107,12 @@ func createGroupSpec() *opSpec {
 	}
 }
 
-func forkSpec() *opSpec {
-	const n = 5
+func forkSpec() *opSpec { return forkSpecN("fork", 5) }
+
+// forkSpecN forks n children of A1 in one operation.
+func forkSpecN(name string, n int) *opSpec {
 	return &opSpec{
-		name: "fork", op: fabric.OpFork, storedReply: true,
+		name: name, op: fabric.OpFork, storedReply: true,
 		request: func(c *caseRun) (string, any) {
 			return "/v1/fork", fabric.ForkRequest{NodeID: c.g.A1, N: n}
 		},

@@ -25,13 +25,13 @@ func TestFR03_SealIsAtomicUnderCrash(t *testing.T) {
 	start := time.Now()
 	var m matrix
 	t.Cleanup(func() {
-		m.log(t, fmt.Sprintf("FR-03 seal matrix (%v; template %v; time in all cases so far: %v)", time.Since(start).Round(time.Second), tpl.buildTime.Round(time.Millisecond), timing))
+		m.log(t, fmt.Sprintf("FR-03 seal matrix (%v; template %v; time in all cases so far: %v)", time.Since(start).Round(time.Second), buildTime(pebbleMode).Round(time.Millisecond), timing))
 	})
-	template(t)
+	template(t, pebbleMode)
 	for _, spec := range sealSpecs() {
 		t.Run(spec.name, func(t *testing.T) {
 			t.Parallel()
-			runSpec(t, spec, &m)
+			runSpec(t, pebbleMode, spec, &m)
 		})
 	}
 }

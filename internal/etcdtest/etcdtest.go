@@ -89,7 +89,11 @@ func StartCluster(opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("etcdtest: %d members: want 1 or 3", opts.Members)
 	}
 	c := &Cluster{dir: opts.Dir}
-	if c.dir == "" {
+	if c.dir != "" {
+		if err := os.MkdirAll(c.dir, 0o700); err != nil {
+			return nil, err
+		}
+	} else {
 		if c.dir, err = os.MkdirTemp("", "etcdtest"); err != nil {
 			return nil, err
 		}
