@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,32 +12,108 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 
 	"github.com/esf-dev/esf/errdefs"
 )
 
-// Client calls esfd over its unix socket. Every error it returns is an
-// *errdefs.Error (or a *PathsError wrapping one): errors.Is(err, errdefs.ErrNotFound) works as on the
-// server, and a daemon that cannot be reached is CodeUnavailable.
+// Client calls esfd over its unix socket, or over the network API
+// (NewRemoteClient). Every error it returns is an *errdefs.Error (or a
+// *PathsError wrapping one): errors.Is(err, errdefs.ErrNotFound) works as
+// on the server, and a daemon that cannot be reached is CodeUnavailable.
 type Client struct {
-	socket string
-	hc     *http.Client
+	where string // the socket or the address, for messages
+	base  string // scheme and host of every request's URL
+	host  string // the Host header of a request written by hand
+	token string // bearer token, network API only
+	// dial opens a connection of its own (the interactive exec), TLS
+	// handshake included.
+	dial func(ctx context.Context) (net.Conn, error)
+	hc   *http.Client
 }
 
 // NewClient returns a client of the daemon listening on socketPath. It
 // connects lazily, on the first call.
 func NewClient(socketPath string) *Client {
+	dial := func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socketPath)
+	}
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socketPath)
-		},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		// Bodies are tars and JSON we handle ourselves; no transparent gzip.
 		DisableCompression: true,
 		MaxIdleConns:       4,
 	}
-	return &Client{socket: socketPath, hc: &http.Client{Transport: tr}}
+	return &Client{where: socketPath, base: base, host: "esfd", dial: dial, hc: &http.Client{Transport: tr}}
+}
+
+// RemoteOptions say how to reach esfd's network API (esfd --listen).
+type RemoteOptions struct {
+	// Host is https://HOST:PORT, or http://HOST:PORT for a listener the
+	// operator left without TLS.
+	Host string
+	// Token is the bearer token every request carries.
+	Token string
+	// TLS verifies the daemon (default: the system's roots; see ClientTLS
+	// for a private CA).
+	TLS *tls.Config
+}
+
+// NewRemoteClient returns a client of the network API. It connects
+// lazily, on the first call.
+func NewRemoteClient(o RemoteOptions) (*Client, error) {
+	u, err := url.Parse(o.Host)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || (u.Path != "" && u.Path != "/") ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: fmt.Sprintf("host %q: want https://HOST:PORT", o.Host)}
+	}
+	hostport := u.Host
+	if u.Port() == "" {
+		return nil, &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: fmt.Sprintf("host %q: no port", o.Host)}
+	}
+	if strings.ContainsAny(o.Token, "\r\n") {
+		return nil, &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: "token: more than one line"}
+	}
+	cfg := o.TLS
+	if cfg == nil {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	cfg = cfg.Clone()
+	cfg.NextProtos = []string{"http/1.1"}
+	dial := func(ctx context.Context) (net.Conn, error) {
+		if u.Scheme == "http" {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", hostport)
+		}
+		d := tls.Dialer{Config: cfg}
+		return d.DialContext(ctx, "tcp", hostport)
+	}
+	tr := &http.Transport{
+		DialContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		DialTLSContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		DisableCompression: true,
+		MaxIdleConns:       4,
+		// HTTP/1.1 only: the exec stream is a full-duplex HTTP/1.1 exchange.
+		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}
+	return &Client{where: hostport, base: u.Scheme + "://" + hostport, host: hostport, token: o.Token, dial: dial,
+		hc: &http.Client{Transport: tr}}, nil
+}
+
+// ClientTLS is a client TLS configuration that trusts the CA certificates
+// (PEM) in caFile instead of the system's roots.
+func ClientTLS(caFile string) (*tls.Config, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: fmt.Sprintf("CA file: %v", err)}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: fmt.Sprintf("CA file %s: no PEM certificate", caFile)}
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, nil
 }
 
 // Close releases idle connections.
@@ -57,13 +135,17 @@ type CallOptions struct {
 	Raw *[]byte
 }
 
-// base is the URL every request goes to; the host is never resolved.
+// base is the URL every request on the unix socket goes to; the host is
+// never resolved.
 const base = "http://esfd"
 
 func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader, contentType string, opt CallOptions) (*http.Request, error) {
-	req, err := http.NewRequestWithContext(ctx, method, base+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return nil, &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: err.Error()}
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
@@ -96,7 +178,7 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 
 func (c *Client) transportError(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
-		return &errdefs.Error{Code: errdefs.CodeOf(cerr), Message: fmt.Sprintf("esfd at %s: %v", c.socket, err)}
+		return &errdefs.Error{Code: errdefs.CodeOf(cerr), Message: fmt.Sprintf("esfd at %s: %v", c.where, err)}
 	}
 	var e *errdefs.Error
 	if errors.As(err, &e) {
@@ -106,7 +188,7 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return &errdefs.Error{Code: errdefs.CodeUnavailable, Message: fmt.Sprintf("esfd at %s: %v", c.socket, err)}
+	return &errdefs.Error{Code: errdefs.CodeUnavailable, Message: fmt.Sprintf("esfd at %s: %v", c.where, err)}
 }
 
 func errorFromResponse(resp *http.Response) error {

@@ -177,6 +177,7 @@ func TestStatusTable(t *testing.T) {
 		errdefs.CodeNotFound, errdefs.CodeStaleGeneration, errdefs.CodeConflict, errdefs.CodeQuotaExceeded,
 		errdefs.CodeInvalidArgument, errdefs.CodeUnsupported, errdefs.CodeFailedPrecondition,
 		errdefs.CodeDeadlineExceeded, errdefs.CodeCorrupt, errdefs.CodeUnavailable, errdefs.CodeInternal,
+		errdefs.CodeUnauthenticated,
 	}
 	byStatus := map[int][]errdefs.Code{}
 	for _, c := range codes {

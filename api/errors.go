@@ -16,6 +16,7 @@ import (
 // clients must switch on the code in the body, never on the status.
 var statusOf = map[errdefs.Code]int{
 	errdefs.CodeInvalidArgument:    http.StatusBadRequest,          // 400
+	errdefs.CodeUnauthenticated:    http.StatusUnauthorized,        // 401
 	errdefs.CodeNotFound:           http.StatusNotFound,            // 404
 	errdefs.CodeConflict:           http.StatusConflict,            // 409
 	errdefs.CodeStaleGeneration:    http.StatusConflict,            // 409
@@ -44,6 +45,8 @@ func codeForStatus(status int) errdefs.Code {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType,
 		http.StatusMethodNotAllowed:
 		return errdefs.CodeInvalidArgument
+	case http.StatusUnauthorized:
+		return errdefs.CodeUnauthenticated
 	case http.StatusNotFound:
 		return errdefs.CodeNotFound
 	case http.StatusConflict:

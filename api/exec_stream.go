@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"sync"
@@ -424,8 +423,7 @@ func (c *Client) execInteractive(ctx context.Context, req fabric.ExecRequest, s 
 	if err != nil {
 		return fabric.ExecResult{}, err
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", c.socket)
+	conn, err := c.dial(ctx)
 	if err != nil {
 		return fabric.ExecResult{}, c.transportError(ctx, err)
 	}
@@ -440,7 +438,12 @@ func (c *Client) execInteractive(ctx context.Context, req fabric.ExecRequest, s 
 	defer stop()
 
 	bw := bufio.NewWriter(conn)
-	fmt.Fprintf(bw, "POST /v1/exec HTTP/1.1\r\nHost: esfd\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n", MediaExecStream)
+	auth := ""
+	if c.token != "" {
+		auth = "Authorization: Bearer " + c.token + "\r\n"
+	}
+	fmt.Fprintf(bw, "POST /v1/exec HTTP/1.1\r\nHost: %s\r\n%sContent-Type: %s\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+		c.host, auth, MediaExecStream)
 	// Each frame is a chunk or two, flushed whole.
 	up := &frameWriter{w: httputil.NewChunkedWriter(bw), flush: bw.Flush}
 	if err := up.frame(FrameRequest, b); err != nil {

@@ -119,19 +119,12 @@ func fakeServer(t *testing.T, f *fakeExec) *Client {
 func fakeServe(t *testing.T, f *fakeExec, grace time.Duration) (*Client, context.CancelFunc, <-chan error) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "esfd.sock")
-	ln, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &Server{log: slog.New(slog.DiscardHandler), mux: http.NewServeMux(), stopping: make(chan struct{})}
 	s.handle("POST /v1/exec", true, func(w http.ResponseWriter, r *http.Request) error {
 		f.forms <- mediaType(r.Header.Get("Content-Type"))
 		return serveExec(w, r, f.run)
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, grace) }()
-	c := NewClient(sock)
+	c, cancel, done := serveTest(t, s, sock, grace)
 	t.Cleanup(c.Close)
 	return c, cancel, done
 }

@@ -190,16 +190,7 @@ func runcAttempt(t *testing.T) (*Client, fabric.AttemptView) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "esfd.sock")
-	ln, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- NewServer(f, ServerOptions{Logger: slog.New(slog.DiscardHandler)}).Serve(sctx, ln, 5*time.Second)
-	}()
-	c := NewClient(sock)
+	c, cancel, done := serveTest(t, NewServer(f, ServerOptions{Logger: slog.New(slog.DiscardHandler)}), sock, 5*time.Second)
 	t.Cleanup(func() {
 		c.Close()
 		cancel()

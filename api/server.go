@@ -70,8 +70,14 @@ func NewServer(f *fabric.Fabric, opts ServerOptions) *Server {
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A request that came through a network
+// listener with tokens is authenticated first (auth.go).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.authenticate(w, r) {
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // handlerFunc handles one request. It returns an error only when it has not
 // written a response yet (the wrapper writes the error) or when a stream
@@ -437,6 +443,12 @@ func (s *Server) fsck(w http.ResponseWriter, r *http.Request) error {
 // closes what is left (their contexts are cancelled). It returns once every
 // connection is closed; it closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	return s.ServeAll(ctx, grace, ln)
+}
+
+// ServeAll is Serve on several listeners at once (the unix socket and a
+// network listener from ListenTCP), shut down together.
+func (s *Server) ServeAll(ctx context.Context, grace time.Duration, lns ...net.Listener) error {
 	// Requests do not inherit ctx: a signal must let them finish, not
 	// cancel them. base is cancelled only when the grace period is over.
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
@@ -447,14 +459,33 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return base },
+		ConnContext:       connContext,
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	errc := make(chan error, len(lns))
+	for _, ln := range lns {
+		go func() { errc <- hs.Serve(ln) }()
+	}
+	var err error
+	received := 0
 	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
+	case serr := <-errc:
+		// A listener failed: stop the others too.
+		received++
+		err = fmt.Errorf("serve: %w", serr)
+		hs.Close()
 	case <-ctx.Done():
+		err = s.shutdown(hs, grace, cancelBase)
 	}
+	for ; received < len(lns); received++ {
+		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
+	}
+	return err
+}
+
+// shutdown stops hs gracefully within grace, then forcibly.
+func (s *Server) shutdown(hs *http.Server, grace time.Duration, cancelBase context.CancelFunc) error {
 	s.log.Info("shutting down", "grace", grace.String())
 	s.stopOnce.Do(func() { close(s.stopping) })
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
@@ -473,9 +504,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		if n := s.active.Load(); n > 0 && err == nil {
 			err = fmt.Errorf("shutdown: %d requests still running %v after cancellation", n, handlerStopWait)
 		}
-	}
-	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
 	}
 	return err
 }

@@ -71,15 +71,11 @@ func newHarness(t *testing.T, grace time.Duration, tweak ...func(*fabric.Options
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := Listen(h.socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.stop = cancel
 	h.srv = NewServer(h.f, ServerOptions{Logger: log})
-	go func() { h.done <- h.srv.Serve(ctx, ln, grace) }()
-	h.client = NewClient(h.socket)
+	client, cancel, done := serveTest(t, h.srv, h.socket, grace)
+	h.stop = cancel
+	go func() { h.done <- <-done }()
+	h.client = client
 	t.Cleanup(func() {
 		h.client.Close()
 		cancel()

@@ -21,6 +21,9 @@ const (
 	CodeCorrupt            Code = "corrupt"
 	CodeUnavailable        Code = "unavailable"
 	CodeInternal           Code = "internal"
+	// CodeUnauthenticated: a request on the network API without a valid
+	// bearer token (HTTP 401).
+	CodeUnauthenticated Code = "unauthenticated"
 )
 
 // The error classes. Wrap them; never compare with ==.
@@ -35,6 +38,7 @@ var (
 	ErrFailedPrecondition = errors.New("failed precondition")
 	ErrCorrupt            = errors.New("corrupt object")
 	ErrUnavailable        = errors.New("unavailable")
+	ErrUnauthenticated    = errors.New("unauthenticated")
 )
 
 var classes = []struct {
@@ -51,6 +55,7 @@ var classes = []struct {
 	{ErrFailedPrecondition, CodeFailedPrecondition},
 	{ErrCorrupt, CodeCorrupt},
 	{ErrUnavailable, CodeUnavailable},
+	{ErrUnauthenticated, CodeUnauthenticated},
 	{context.DeadlineExceeded, CodeDeadlineExceeded},
 	{context.Canceled, CodeDeadlineExceeded},
 }

@@ -37,7 +37,8 @@ var exitCodes = []struct {
 	{errdefs.CodeDeadlineExceeded, 8, "deadline exceeded or interrupted"},
 	{errdefs.CodeCorrupt, 9, "corrupt content found"},
 	{errdefs.CodeUnsupported, 10, "unsupported"},
-	{errdefs.CodeUnavailable, 11, "daemon unavailable (not running, wrong --socket)"},
+	{errdefs.CodeUnavailable, 11, "daemon unavailable (not running, wrong --socket or --host)"},
+	{errdefs.CodeUnauthenticated, 12, "not authenticated (missing or invalid --token-file)"},
 }
 
 // exitStatus is the exit status of an error's code.
@@ -106,7 +107,8 @@ func (a *app) root() *cli.Command {
 	root := &cli.Command{
 		Name:  "esfctl",
 		Usage: "drive esfd, the Ephemeral Sandbox Fabric daemon",
-		Description: "Every verb talks to esfd over its unix socket. Output is for humans unless\n" +
+		Description: "Every verb talks to esfd over its unix socket, or with --host over its network\n" +
+			"API (TLS and a bearer token). Output is for humans unless\n" +
 			"-o json: then results go to stdout as JSON and errors to stderr as\n" +
 			"{\"error\":{\"code\",\"message\"}}. Flags may follow arguments\n" +
 			"(esfctl export ID --to DIR).\n\n" + exitCodeHelp(),
@@ -116,6 +118,21 @@ func (a *app) root() *cli.Command {
 				Usage:   "unix socket of esfd",
 				Value:   defaultSocket,
 				Sources: cli.EnvVars("ESF_SOCKET"),
+			},
+			&cli.StringFlag{
+				Name:    "host",
+				Usage:   "esfd's network API, https://HOST:PORT (esfd --listen), instead of the socket",
+				Sources: cli.EnvVars("ESF_HOST"),
+			},
+			&cli.StringFlag{
+				Name:    "token-file",
+				Usage:   "file holding the bearer token for --host",
+				Sources: cli.EnvVars("ESF_TOKEN_FILE"),
+			},
+			&cli.StringFlag{
+				Name:    "cacert",
+				Usage:   "CA certificate (PEM) that verifies --host (default: the system's roots)",
+				Sources: cli.EnvVars("ESF_CACERT"),
 			},
 			&cli.StringFlag{
 				Name:    "output",
@@ -133,7 +150,11 @@ func (a *app) root() *cli.Command {
 				return ctx, fmt.Errorf("-o %q: want table or json: %w", o, errdefs.ErrInvalidArgument)
 			}
 			a.socket = cmd.String("socket")
-			a.client = api.NewClient(a.socket)
+			c, err := newClient(a.socket, cmd.String("host"), cmd.String("token-file"), cmd.String("cacert"))
+			if err != nil {
+				return ctx, err
+			}
+			a.client = c
 			return ctx, nil
 		},
 		Commands: []*cli.Command{
@@ -183,6 +204,33 @@ func (a *app) root() *cli.Command {
 	}
 	quiet(root)
 	return root
+}
+
+// newClient is a client of the socket, or of host over the network.
+func newClient(socket, host, tokenFile, caFile string) (*api.Client, error) {
+	if host == "" {
+		if tokenFile != "" || caFile != "" {
+			return nil, fmt.Errorf("--token-file and --cacert are for --host: %w", errdefs.ErrInvalidArgument)
+		}
+		return api.NewClient(socket), nil
+	}
+	var o api.RemoteOptions
+	o.Host = host
+	if tokenFile != "" {
+		tok, err := api.ReadTokenFile(tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		o.Token = tok
+	}
+	if caFile != "" {
+		cfg, err := api.ClientTLS(caFile)
+		if err != nil {
+			return nil, err
+		}
+		o.TLS = cfg
+	}
+	return api.NewRemoteClient(o)
 }
 
 // run runs esfctl with args and returns its exit status.

@@ -23,6 +23,7 @@ func TestExitCodeTable(t *testing.T) {
 		errdefs.CodeNotFound, errdefs.CodeStaleGeneration, errdefs.CodeConflict, errdefs.CodeQuotaExceeded,
 		errdefs.CodeInvalidArgument, errdefs.CodeUnsupported, errdefs.CodeFailedPrecondition,
 		errdefs.CodeDeadlineExceeded, errdefs.CodeCorrupt, errdefs.CodeUnavailable, errdefs.CodeInternal,
+		errdefs.CodeUnauthenticated,
 	}
 	seen := map[int]errdefs.Code{}
 	for _, e := range exitCodes {

@@ -89,6 +89,33 @@ func serveFlags() []cli.Flag {
 			Usage:   "unix socket of the API (default: <state>/esfd.sock)",
 			Sources: cli.EnvVars("ESF_SOCKET"),
 		},
+		&cli.StringFlag{
+			Name: "listen",
+			Usage: "also serve the API on the network at tcp://HOST:PORT; needs --tokens, and TLS " +
+				"(--tls-cert, --tls-key) unless HOST is loopback",
+			Sources: cli.EnvVars("ESF_LISTEN"),
+		},
+		&cli.StringFlag{
+			Name:    "tls-cert",
+			Usage:   "certificate (PEM, with its chain) of the --listen address; re-read when it changes",
+			Sources: cli.EnvVars("ESF_TLS_CERT"),
+		},
+		&cli.StringFlag{
+			Name:    "tls-key",
+			Usage:   "the certificate's private key (PEM)",
+			Sources: cli.EnvVars("ESF_TLS_KEY"),
+		},
+		&cli.StringFlag{
+			Name: "tokens",
+			Usage: "file of the bearer tokens --listen accepts: one per line (16+ characters), # comments; " +
+				"re-read when it changes",
+			Sources: cli.EnvVars("ESF_TOKENS"),
+		},
+		&cli.BoolFlag{
+			Name: "insecure-listen",
+			Usage: "allow --listen without --tokens, or on a non-loopback address without TLS: " +
+				"anyone who reaches the port then drives esfd (which runs as root)",
+		},
 		logLevelFlag(),
 	}
 	flags = append(flags, journalFlags()...)
@@ -188,6 +215,19 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
+	lns := []net.Listener{ln}
+	if addr := cmd.String("listen"); addr != "" {
+		nl, err := listenNetwork(addr, cmd, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		lns = append(lns, nl)
+		log.Info("listening", "addr", addr, "tls", cmd.String("tls-cert") != "", "tokens", cmd.String("tokens") != "")
+	} else if cmd.String("tls-cert") != "" || cmd.String("tls-key") != "" || cmd.String("tokens") != "" {
+		ln.Close()
+		return fmt.Errorf("--tls-cert, --tls-key and --tokens secure --listen, which is not given")
+	}
 
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	var reaper sync.WaitGroup
@@ -218,13 +258,41 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 		defer stop()
 	}
 	srv := api.NewServer(f, sopts)
-	if err := srv.Serve(ctx, ln, cmd.Duration("shutdown-grace")); err != nil {
+	if err := srv.ServeAll(ctx, cmd.Duration("shutdown-grace"), lns...); err != nil {
 		return err
 	}
 	// Close leaves the projection server and live attempts' mounts running
 	// for the next daemon to adopt; `esfd stop-all` tears them down.
 	log.Info("stopped")
 	return nil
+}
+
+// listenNetwork opens the --listen listener with its TLS and tokens.
+func listenNetwork(addr string, cmd *cli.Command, log *slog.Logger) (net.Listener, error) {
+	var opts api.NetworkOptions
+	opts.Insecure = cmd.Bool("insecure-listen")
+	cert, key := cmd.String("tls-cert"), cmd.String("tls-key")
+	if (cert == "") != (key == "") {
+		return nil, fmt.Errorf("--tls-cert and --tls-key go together")
+	}
+	if cert != "" {
+		cfg, err := api.ServerTLS(cert, key)
+		if err != nil {
+			return nil, err
+		}
+		opts.TLS = cfg
+	}
+	if f := cmd.String("tokens"); f != "" {
+		t, err := api.LoadTokens(f, log)
+		if err != nil {
+			return nil, err
+		}
+		opts.Tokens = t
+	}
+	if opts.Insecure && (opts.Tokens == nil || opts.TLS == nil) {
+		log.Warn("the network API is not fully secured (--insecure-listen)", "addr", addr, "tls", opts.TLS != nil, "tokens", opts.Tokens != nil)
+	}
+	return api.ListenTCP(addr, opts)
 }
 
 // openJournal opens the journal --journal names, or returns nil for the
