@@ -11,6 +11,8 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +28,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/esf-dev/esf/internal/testcert"
 	"github.com/esf-dev/esf/internal/testenv"
 )
 
@@ -40,14 +43,21 @@ type Options struct {
 	// Dir holds the members' data; default a new temporary directory,
 	// removed by Stop.
 	Dir string
+	// TLS serves clients over TLS with certificates of a throwaway CA
+	// (Cluster.CAFile; Cluster.Client is a client certificate it signed).
+	TLS bool
 }
 
 // Cluster is a running etcd cluster.
 type Cluster struct {
 	Members []*Member
-	dir     string
-	ownDir  bool
-	mu      sync.Mutex
+	// CAFile and ClientCert are set with Options.TLS: the CA of the members'
+	// certificates, and a client certificate it signed.
+	CAFile     string
+	ClientCert testcert.Pair
+	dir        string
+	ownDir     bool
+	mu         sync.Mutex
 }
 
 // Member is one etcd process.
@@ -121,11 +131,26 @@ func (c *Cluster) start(bin string, opts Options) error {
 		return err
 	}
 	token := fmt.Sprintf("esf-%d-%d", os.Getpid(), time.Now().UnixNano())
+	scheme := "http"
+	var server testcert.Pair
+	if opts.TLS {
+		ca, err := testcert.NewCA(c.dir)
+		if err != nil {
+			return err
+		}
+		if server, err = ca.Issue("member", "127.0.0.1"); err != nil {
+			return err
+		}
+		if c.ClientCert, err = ca.Issue("client", "127.0.0.1"); err != nil {
+			return err
+		}
+		c.CAFile, scheme = ca.CertFile, "https"
+	}
 	var initial []string
 	for i := range opts.Members {
 		m := &Member{
 			Name:      fmt.Sprintf("m%d", i),
-			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			ClientURL: fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[2*i]),
 			PeerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
 		}
 		c.Members = append(c.Members, m)
@@ -146,6 +171,9 @@ func (c *Cluster) start(bin string, opts Options) error {
 		}
 		if opts.NoFsync {
 			m.args = append(m.args, "--unsafe-no-fsync")
+		}
+		if opts.TLS {
+			m.args = append(m.args, "--cert-file", server.CertFile, "--key-file", server.KeyFile, "--trusted-ca-file", c.CAFile)
 		}
 		if err := m.run(); err != nil {
 			return err
@@ -238,10 +266,15 @@ func (c *Cluster) Endpoints() []string {
 // URL is the esfd --journal value for the cluster and prefix.
 func (c *Cluster) URL(prefix string) string {
 	var hosts []string
+	scheme := "etcd://"
 	for _, m := range c.Members {
-		hosts = append(hosts, strings.TrimPrefix(m.ClientURL, "http://"))
+		h, secure := strings.CutPrefix(m.ClientURL, "https://")
+		if secure {
+			scheme = "etcds://"
+		}
+		hosts = append(hosts, strings.TrimPrefix(h, "http://"))
 	}
-	return "etcd://" + strings.Join(hosts, ",") + "/" + prefix
+	return scheme + strings.Join(hosts, ",") + "/" + prefix
 }
 
 // Client returns a client of the cluster, closed when t ends.
@@ -257,7 +290,35 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 
 // NewClient returns a client of the cluster; the caller closes it.
 func (c *Cluster) NewClient() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	return c.newClient(c.Endpoints(), 10*time.Second)
+}
+
+func (c *Cluster) newClient(eps []string, timeout time.Duration) (*clientv3.Client, error) {
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: timeout, Logger: zap.NewNop()}
+	if c.CAFile != "" {
+		tc, err := c.TLSConfig()
+		if err != nil {
+			return nil, err
+		}
+		cfg.TLS = tc
+	}
+	return clientv3.New(cfg)
+}
+
+// TLSConfig is a client TLS configuration for a TLS cluster: its CA, and
+// the client certificate.
+func (c *Cluster) TLSConfig() (*tls.Config, error) {
+	pem, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	cert, err := tls.LoadX509KeyPair(c.ClientCert.CertFile, c.ClientCert.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}, nil
 }
 
 // WaitReady waits until every running member answers and the cluster has
@@ -297,7 +358,7 @@ func (c *Cluster) Leader() (int, error) {
 	if len(eps) == 0 {
 		return -1, errors.New("etcdtest: no member runs")
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	cli, err := c.newClient(eps, 2*time.Second)
 	if err != nil {
 		return -1, err
 	}

@@ -58,8 +58,15 @@ func (s *Store) maintain(ctx context.Context, upTo int64) (int64, error) {
 	}
 	cur := resp.Header.Revision
 	var errs []error
-	if upTo > 0 {
-		if _, err := s.cli.Compact(ctx, upTo); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+	if upTo > 0 && !s.noCompact.Load() {
+		_, err := s.cli.Compact(ctx, upTo)
+		switch {
+		case errors.Is(err, rpctypes.ErrPermissionDenied):
+			// Compaction is the root role's: with a user of less, the
+			// cluster compacts itself (--auto-compaction-retention).
+			s.noCompact.Store(true)
+			s.opts.Logger.Warn("etcd journal: the user may not compact; run etcd with --auto-compaction-mode=periodic --auto-compaction-retention=5m")
+		case err != nil && !errors.Is(err, rpctypes.ErrCompacted):
 			errs = append(errs, fmt.Errorf("compact to %d: %w", upTo, s.mapErr(ctx, err)))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -147,6 +148,8 @@ type Store struct {
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
 	kick     chan struct{} // wakes the indexer
+	// noCompact: the cluster refused this user compaction (auth).
+	noCompact atomic.Bool
 }
 
 var _ journal.Store = (*Store)(nil)
@@ -181,7 +184,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			Context:            context.WithoutCancel(ctx),
 		})
 		if err != nil {
-			return nil, fmt.Errorf("etcd journal %v: %v: %w", opts.Endpoints, err, journal.ErrUnavailable)
+			return nil, fmt.Errorf("etcd journal %v: %w", opts.Endpoints, s.mapErr(ctx, err))
 		}
 		s.ownCli = true
 	}
@@ -383,16 +386,17 @@ func (s *Store) mapErr(ctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
 	}
+	err = rpctypes.Error(err) // a gRPC status of etcd's as its error value
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("etcd: %w", err)
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return fmt.Errorf("etcd: the snapshot's revision was compacted: %w", journal.ErrUnavailable)
-	case transient(err):
-		return fmt.Errorf("etcd: %v: %w", err, journal.ErrUnavailable)
 	case errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrAuthFailed),
 		errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrUserEmpty):
-		return fmt.Errorf("etcd: %v (check the journal's user and password): %w", err, journal.ErrFailedPrecondition)
+		return fmt.Errorf("etcd: %v (check the journal's user, password and role): %w", err, journal.ErrFailedPrecondition)
+	case transient(err):
+		return fmt.Errorf("etcd: %v: %w", err, journal.ErrUnavailable)
 	}
 	return fmt.Errorf("etcd: %w", err)
 }
@@ -400,6 +404,7 @@ func (s *Store) mapErr(ctx context.Context, err error) error {
 // transient reports whether err may go away by itself: the cluster has no
 // leader or quorum for a moment, a member went away, it sheds load.
 func transient(err error) bool {
+	err = rpctypes.Error(err)
 	var ee rpctypes.EtcdError
 	if errors.As(err, &ee) {
 		switch ee.Code() {
