@@ -208,9 +208,15 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 			PrivateDelta: l.Dir, Mount: l.Root, Data: d.json()}); err != nil {
 			return nil, err
 		}
-		// The whole view, so that a fresh activation need not read it
-		// again (results recorded before held the attempt alone).
-		return attemptView(tx, aid)
+		// The view without what only this worker knows (the runtime
+		// record, the root's path): a recorded result is durable state,
+		// which holds no worker-local truth (schema audit), and the
+		// reply is built fresh from the journal below anyway.
+		v, err := attemptView(tx, aid)
+		if err != nil {
+			return nil, err
+		}
+		return v.portable(), nil
 	})
 	a := av.Attempt
 	if pre != nil {

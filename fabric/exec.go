@@ -34,6 +34,28 @@ type ContainerConfig struct {
 	Mounts  []executor.Mount `json:"mounts,omitempty"`
 }
 
+// provenance is c as a sealed node's provenance pins it: the environment
+// the attempt ran in, with a bind mount named by where the container saw
+// it, not by the operator's host path (worker-local truth, which durable
+// state does not hold).
+func (c *ContainerConfig) provenance() any {
+	if c == nil {
+		return nil
+	}
+	type mount struct {
+		Destination string `json:"destination"`
+		ReadOnly    bool   `json:"read_only,omitempty"`
+	}
+	p := struct {
+		ContainerConfig
+		Mounts []mount `json:"mounts,omitempty"`
+	}{ContainerConfig: *c}
+	for _, m := range c.Mounts {
+		p.Mounts = append(p.Mounts, mount{Destination: m.Destination, ReadOnly: m.ReadOnly})
+	}
+	return p
+}
+
 func (c ContainerConfig) spec(rootfs string) (executor.Spec, error) {
 	s := executor.Spec{Rootfs: rootfs, Env: c.Env, Workdir: c.Workdir, Limits: c.Limits, Mounts: c.Mounts}
 	if c.User != "" {

@@ -32,6 +32,14 @@ type AttemptView struct {
 	Root string `json:"root,omitempty"`
 }
 
+// portable is v without what only this worker knows (its runtime record
+// and root path): what durable state may keep of it.
+func (v *AttemptView) portable() *AttemptView {
+	p := *v
+	p.Runtime, p.Root = nil, ""
+	return &p
+}
+
 // GroupView is a group with its size.
 type GroupView struct {
 	journal.Group

@@ -165,7 +165,7 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 			}
 		}()
 	}
-	env, _ := json.Marshal(map[string]any{"executor": a.Executor, "container": d.Container, "base_root_id": base})
+	env, _ := json.Marshal(map[string]any{"executor": a.Executor, "container": d.Container.provenance(), "base_root_id": base})
 	start := time.Now()
 	sealed, err := ingest.Upper(ctx, f.store, baseID, delta.Layout{Dir: a.Runtime.PrivateDelta}.Upper(),
 		ingest.Options{Logger: f.log, Exclude: exclude})
