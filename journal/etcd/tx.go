@@ -34,6 +34,14 @@ type reader struct {
 	// (transient, or the revision compacted): an Update retries.
 	fault error
 	log   *eventLog // the event log at rev, read on first use
+	// got caches what Get read: at a fixed revision a key never changes,
+	// and operations often read a record twice (a check, then an update).
+	got map[string]cached
+}
+
+type cached struct {
+	val []byte
+	mod int64
 }
 
 func (r *reader) end() { r.ended = true }
@@ -95,25 +103,28 @@ func (r *reader) Get(key []byte) ([]byte, error) {
 			return bytes.Clone(v), nil
 		}
 	}
-	resp, err := r.get(r.s.k.data(string(key)))
-	if err != nil {
-		return nil, fmt.Errorf("get %q: %w", key, err)
+	c, ok := r.got[string(key)]
+	if !ok {
+		resp, err := r.get(r.s.k.data(string(key)))
+		if err != nil {
+			return nil, fmt.Errorf("get %q: %w", key, err)
+		}
+		if len(resp.Kvs) > 0 {
+			c = cached{resp.Kvs[0].Value, resp.Kvs[0].ModRevision}
+		}
+		if r.got == nil {
+			r.got = map[string]cached{}
+		}
+		r.got[string(key)] = c
 	}
-	var mod int64
-	var val []byte
-	if len(resp.Kvs) > 0 {
-		mod, val = resp.Kvs[0].ModRevision, resp.Kvs[0].Value
-	}
+	mod, val := c.mod, c.val
 	if r.tx != nil {
 		r.tx.guardKey(string(key), mod)
 	}
 	if mod == 0 {
 		return nil, fmt.Errorf("key %q: %w", key, journal.ErrNotFound)
 	}
-	if val == nil {
-		val = []byte{}
-	}
-	return val, nil
+	return append([]byte{}, val...), nil // a copy, non-nil even when empty
 }
 
 // rawScan calls fn for every etcd key in [start, end) at the reader's
