@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -141,7 +142,8 @@ func (r *reader) eventLog() (*eventLog, error) {
 		l.base, l.baseMod = binary.BigEndian.Uint64(kv.Value), kv.ModRevision
 	}
 	first := map[string]int64{} // txid -> its chunks' lowest create revision
-	err = r.rawScanKVs(k.evqPrefix(), prefixEnd(k.evqPrefix()), true, func(key string, _ []byte, create, mod int64) error {
+	err = r.rawScan(k.evqPrefix(), prefixEnd(k.evqPrefix()), true, func(kv *mvccpb.KeyValue) error {
+		key, create, mod := string(kv.Key), kv.CreateRevision, kv.ModRevision
 		txid, i, n, err := k.parseEvq(key)
 		if err != nil {
 			return err
@@ -232,30 +234,6 @@ func (r *reader) fetch(chunks []pendingChunk) error {
 	return nil
 }
 
-// rawScanKVs is rawScan with each key's revisions.
-func (r *reader) rawScanKVs(start, end string, keysOnly bool, fn func(key string, value []byte, create, mod int64) error) error {
-	for start < end {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(scanPage)}
-		if keysOnly {
-			opts = append(opts, clientv3.WithKeysOnly())
-		}
-		resp, err := r.get(start, opts...)
-		if err != nil {
-			return err
-		}
-		for _, kv := range resp.Kvs {
-			if err := fn(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision); err != nil {
-				return err
-			}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return nil
-		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
-	return nil
-}
-
 // each calls fn for every event after seq after, indexed then pending.
 func (l *eventLog) each(r *reader, after uint64, fn func(journal.Event) error) error {
 	if after < l.base {
@@ -263,8 +241,8 @@ func (l *eventLog) each(r *reader, after uint64, fn func(journal.Event) error) e
 		end, _ := kvutil.EventRange(l.base)
 		k := r.s.k
 		stop := false
-		err := r.rawScan(k.data(string(start)), k.data(string(end)), false, func(key, value []byte) error {
-			ev, err := kvutil.DecodeEvent(k.journalKey(key), value)
+		err := r.rawScan(k.data(string(start)), k.data(string(end)), false, func(kv *mvccpb.KeyValue) error {
+			ev, err := kvutil.DecodeEvent(k.journalKey(kv.Key), kv.Value)
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -128,9 +129,9 @@ func (r *reader) Get(key []byte) ([]byte, error) {
 }
 
 // rawScan calls fn for every etcd key in [start, end) at the reader's
-// revision, a page at a time, checking the context between pages. fn's
+// revision, a page at a time, checking the context as it goes. fn's
 // ErrStop ends it with nil.
-func (r *reader) rawScan(start, end string, keysOnly bool, fn func(key, value []byte) error) error {
+func (r *reader) rawScan(start, end string, keysOnly bool, fn func(kv *mvccpb.KeyValue) error) error {
 	for start < end {
 		if err := r.ctx.Err(); err != nil {
 			return err
@@ -149,7 +150,7 @@ func (r *reader) rawScan(start, end string, keysOnly bool, fn func(key, value []
 					return err
 				}
 			}
-			if err := fn(kv.Key, kv.Value); err != nil {
+			if err := fn(kv); err != nil {
 				if errors.Is(err, journal.ErrStop) {
 					return nil
 				}
@@ -201,8 +202,8 @@ func (r *reader) Scan(start, end []byte, fn func(key, value []byte) error) error
 	}
 	j := 0
 	lo, hi := r.s.k.dataRange(string(start), string(end))
-	err := r.rawScan(lo, hi, false, func(ek, v []byte) error {
-		k := string(r.s.k.journalKey(ek))
+	err := r.rawScan(lo, hi, false, func(kv *mvccpb.KeyValue) error {
+		k, v := string(r.s.k.journalKey(kv.Key)), kv.Value
 		for j < len(overlay) && overlay[j].k < k {
 			o := overlay[j]
 			j++
@@ -274,7 +275,7 @@ type tx struct {
 	reader
 	txid   string
 	bucket bucket
-	writes map[string][]byte // journal keys; nil: deleted
+	writes kvutil.Writes // journal keys; nil: deleted
 	events []journal.Event
 	// points are keys read from the store with the mod revision they had
 	// (0: absent); spans are scanned ranges of journal keys (end ""
@@ -291,7 +292,7 @@ func newTx(s *Store, ctx context.Context) *tx {
 		reader: reader{s: s, ctx: ctx, now: s.now()},
 		txid:   randid.Hex(12),
 		bucket: bucketOf(time.Now()),
-		writes: map[string][]byte{},
+		writes: kvutil.Writes{},
 		points: map[string]int64{},
 	}
 	t.reader.tx = t
@@ -310,24 +311,14 @@ func (t *tx) Put(key, value []byte) error {
 	if t.ended {
 		return errEnded
 	}
-	if err := kvutil.CheckPut(key, value); err != nil {
-		return err
-	}
-	v := make([]byte, len(value)) // non-nil even when empty: nil means deleted
-	copy(v, value)
-	t.writes[string(key)] = v
-	return nil
+	return t.writes.Put(key, value)
 }
 
 func (t *tx) Delete(key []byte) error {
 	if t.ended {
 		return errEnded
 	}
-	if err := kvutil.CheckDelete(key); err != nil {
-		return err
-	}
-	t.writes[string(key)] = nil
-	return nil
+	return t.writes.Delete(key)
 }
 
 func (t *tx) AppendEvent(ev journal.Event) error {

@@ -83,7 +83,7 @@ func (s *Store) Update(ctx context.Context, fn func(tx journal.Tx) error) error 
 	}
 	// Only this goroutine changes the data while it holds the writer lock,
 	// so the transaction reads it without the RWMutex; Views hold it shared.
-	t := &tx{reader: reader{ctx: ctx, s: s, now: s.opts.Now().UTC()}, writes: map[string][]byte{}}
+	t := &tx{reader: reader{ctx: ctx, s: s, now: s.opts.Now().UTC()}, writes: kvutil.Writes{}}
 	t.reader.tx = t
 	err := fn(t)
 	t.ended = true
@@ -115,7 +115,7 @@ func (s *Store) isClosed() bool {
 }
 
 // apply writes a batch (nil value: delete). Caller holds mu.
-func (s *Store) apply(writes map[string][]byte) {
+func (s *Store) apply(writes kvutil.Writes) {
 	for k, v := range writes {
 		i, found := slices.BinarySearch(s.keys, k)
 		switch {
@@ -257,15 +257,15 @@ func (r *reader) Now() time.Time { return r.now }
 
 type tx struct {
 	reader
-	writes  map[string][]byte // nil value: deleted
+	writes  kvutil.Writes // nil value: deleted
 	appends kvutil.Appends
 }
 
 func (t *tx) Put(key, value []byte) error {
-	if err := kvutil.CheckPut(key, value); err != nil {
-		return err
+	if t.ended {
+		return errEnded
 	}
-	return t.RawPut(key, value)
+	return t.writes.Put(key, value)
 }
 
 // RawPut writes without the reserved-prefix check, for kvutil's event log.
@@ -273,9 +273,7 @@ func (t *tx) RawPut(key, value []byte) error {
 	if t.ended {
 		return errEnded
 	}
-	v := make([]byte, len(value)) // non-nil even when empty: nil means deleted
-	copy(v, value)
-	t.writes[string(key)] = v
+	t.writes[string(key)] = append([]byte{}, value...) // non-nil: nil means deleted
 	return nil
 }
 
@@ -283,11 +281,7 @@ func (t *tx) Delete(key []byte) error {
 	if t.ended {
 		return errEnded
 	}
-	if err := kvutil.CheckDelete(key); err != nil {
-		return err
-	}
-	t.writes[string(key)] = nil
-	return nil
+	return t.writes.Delete(key)
 }
 
 func (t *tx) AppendEvent(ev journal.Event) error {

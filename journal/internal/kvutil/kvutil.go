@@ -48,6 +48,30 @@ func CheckDelete(key []byte) error {
 	return nil
 }
 
+// Writes buffers a transaction's writes for a store that applies them at
+// commit: a nil value is a delete.
+type Writes map[string][]byte
+
+// Put implements Tx.Put into w.
+func (w Writes) Put(key, value []byte) error {
+	if err := CheckPut(key, value); err != nil {
+		return err
+	}
+	v := make([]byte, len(value)) // non-nil even when empty: nil means deleted
+	copy(v, value)
+	w[string(key)] = v
+	return nil
+}
+
+// Delete implements Tx.Delete into w.
+func (w Writes) Delete(key []byte) error {
+	if err := CheckDelete(key); err != nil {
+		return err
+	}
+	w[string(key)] = nil
+	return nil
+}
+
 // KV is the raw access an implementation gives the shared event code:
 // reads that see the transaction's own writes, and unchecked writes.
 type KV interface {
