@@ -1,7 +1,8 @@
 // Package journal is esf's durable state plane: the SandboxGroup, SandboxNode,
 // ExecutionAttempt, Evaluation and Lease records of the spec, idempotency
 // entries, and an append-only event log, on a small transactional key-value
-// seam (Store) that pebble implements now and etcd can implement later.
+// seam (Store) that pebble (embedded) and etcd (shared by several workers)
+// implement.
 //
 // # The seam
 //
@@ -12,13 +13,16 @@
 // appends events with AppendEvent. It is "transactional KV with OCC" rather
 // than one method per record, so a second backend implements twelve small
 // methods, not the whole record vocabulary. Implementations: journal/pebble
-// (embedded, fsync per commit), journal/mem (fake); both pass journaltest.
+// (embedded, fsync per commit), journal/etcd (an etcd v3 cluster, optimistic
+// transactions), journal/mem (fake); all pass journaltest.
 //
 // Why the event log is part of the seam rather than keys written with Put:
 // each backend allocates sequence numbers its own way (pebble and mem keep a
-// counter key under the store's single writer; etcd could use revisions), and
-// Notify must know when an append committed. Reading stays uniform: Events
-// and LastSeq on every Reader.
+// counter key under the store's single writer; etcd numbers pending events
+// by their commit revision, so appending never makes transactions
+// conflict), and Notify must know when an append committed. So an event's
+// Seq is assigned at commit (AppendEvent does not return it). Reading stays
+// uniform: Events and LastSeq on every Reader.
 //
 // Why Reader.Now: one timestamp per transaction, from the store's injected
 // clock, stamps every record and event the transaction writes, so created_at
