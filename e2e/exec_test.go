@@ -84,14 +84,19 @@ func TestExecVerb(t *testing.T) {
 	if got := readFile(t, filepath.Join(a.Root, "made.txt")); strings.TrimSpace(got) != "made" {
 		t.Fatalf("file written by exec: %q", got)
 	}
-	// An interrupted esfctl kills its command: the marker the command
-	// would write after its sleep never appears.
-	cmd := exec.Command(esfctlBin, "exec", a.AttemptID, "--", "/bin/sh", "-c", "sleep 2; echo late > /late.txt")
+	// An interrupted esfctl kills its command: once the command is known to
+	// run, a SIGINT to esfctl ends it, and the marker it would write after
+	// its sleep never appears. No step depends on how fast this machine is:
+	// the test waits for the command to start and for it to be gone.
+	cmd := exec.Command(esfctlBin, "exec", a.AttemptID, "--", "/bin/sh", "-c", "echo up > /started.txt; exec sleep 600")
 	cmd.Env = append(os.Environ(), "ESF_SOCKET="+d.socket)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	waitUntil(t, "the command to start", func() bool {
+		_, err := os.Stat(filepath.Join(a.Root, "started.txt"))
+		return err == nil
+	})
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +104,11 @@ func TestExecVerb(t *testing.T) {
 	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 8 {
 		t.Fatalf("interrupted exec: %v, want exit 8", err)
 	}
-	time.Sleep(3 * time.Second)
-	if _, err := os.Stat(filepath.Join(a.Root, "late.txt")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the interrupted command ran on: %v", err)
-	}
+	// A command that ran on would still be listed: sleep 600 outlives the wait.
+	waitUntil(t, "the interrupted command to be gone", func() bool {
+		r := d.ctl(nil, "exec", a.AttemptID, "--", "/bin/ps", "-o", "args")
+		return r.code == 0 && !strings.Contains(r.stdout, "sleep 600")
+	})
 	// Release stops the container; stop-all at teardown does not wait
 	// for a live container's mounts (see the report).
 	d.mustCtl(nil, "release", a.AttemptID)
@@ -218,6 +224,19 @@ func waitFor(t *testing.T, out *syncBuffer, want string) {
 			t.Fatalf("terminal output %q never showed %q", out.String(), want)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitUntil polls cond until it holds; the deadline only bounds a test
+// that would otherwise hang, it is not what the test measures.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
