@@ -44,11 +44,12 @@ func toDir(ctx context.Context, g cas.Getter, root cas.ID, dest string, opts Opt
 		links:    map[string]linkFirst{},
 		warned:   map[string]bool{},
 	}
+	x.priv = privFilter{preserve: opts.PreservePrivileged, d: &x.stats.Dropped}
 	if err := x.run(root, dest); err != nil {
 		return x.stats, fmt.Errorf("export %s to %s: %w", root.Short(), dest, err)
 	}
 	x.log.Debug("exported tree", "root", root.Short(), "dest", dest, "files", x.stats.Files,
-		"dirs", x.stats.Dirs, "bytes", x.stats.Bytes, "skipped", x.stats.Skipped)
+		"dirs", x.stats.Dirs, "bytes", x.stats.Bytes, "skipped", x.stats.Skipped, "dropped", x.stats.Dropped.String())
 	return x.stats, nil
 }
 
@@ -67,6 +68,7 @@ type dirExporter struct {
 	seq    int // temporary file names
 	proc   int // 0 unknown, 1 /proc/self/fd usable, -1 not
 	warned map[string]bool
+	priv   privFilter
 }
 
 type linkFirst struct {
@@ -302,7 +304,7 @@ func (x *dirExporter) file(dirfd int, e *cas.Entry, rel string) (err error) {
 	if err := x.setXattrs(e.Xattrs, rel, func(n string, v []byte) error { return unix.Fsetxattr(fd, n, v, 0) }); err != nil {
 		return err
 	}
-	if err := unix.Fchmod(fd, e.Mode); err != nil {
+	if err := unix.Fchmod(fd, x.priv.mode(e.Type, e.Mode, rel)); err != nil {
 		return fmt.Errorf("chmod: %w", err)
 	}
 	if err := futimens(fd, e.MtimeNs); err != nil {
@@ -396,6 +398,10 @@ func (x *dirExporter) special(dirfd int, e *cas.Entry, rel string) (created bool
 	default:
 		return false, fmt.Errorf("unknown type %d: %w", e.Type, ErrCorrupt)
 	}
+	if x.priv.device(e.Type, rel) {
+		x.log.Debug("export: dropped device node", "path", rel, "type", e.Type.String(), "major", e.Major, "minor", e.Minor)
+		return false, nil
+	}
 	if err := unix.Mknodat(dirfd, e.Name, mode|0o600, int(dev)); err != nil {
 		if err == unix.EPERM && e.Type != cas.TypeFIFO {
 			x.log.Warn("export: skipped device node: not permitted", "path", rel,
@@ -418,7 +424,7 @@ func (x *dirExporter) special(dirfd int, e *cas.Entry, rel string) (created bool
 	if err := x.setXattrsAt(dirfd, e, rel); err != nil {
 		return false, err
 	}
-	if err := chmodNoFollow(dirfd, e.Name, e.Mode); err != nil {
+	if err := chmodNoFollow(dirfd, e.Name, x.priv.mode(e.Type, e.Mode, rel)); err != nil {
 		return false, fmt.Errorf("chmod: %w", err)
 	}
 	if err := utimensNoFollow(dirfd, e.Name, e.MtimeNs); err != nil {
@@ -462,7 +468,7 @@ func (x *dirExporter) setXattrs(xs []cas.Xattr, rel string, set func(name string
 	if x.opts.NoXattrs {
 		return nil
 	}
-	for _, xa := range xs {
+	for _, xa := range x.priv.xattrs(xs, rel) {
 		err := set(xa.Name, xa.Value)
 		switch {
 		case err == nil:
@@ -489,17 +495,21 @@ func (x *dirExporter) skipXattr(rel, name string, err error) {
 // setXattrsAt sets the xattrs of a symlink, fifo or device, which cannot be
 // opened for fsetxattr, through the /proc magic link of their directory.
 func (x *dirExporter) setXattrsAt(dirfd int, e *cas.Entry, rel string) error {
-	if x.opts.NoXattrs || len(e.Xattrs) == 0 {
+	if x.opts.NoXattrs {
+		return nil
+	}
+	xs := x.priv.xattrs(e.Xattrs, rel)
+	if len(xs) == 0 {
 		return nil
 	}
 	if !x.procUsable() {
-		for _, xa := range e.Xattrs {
+		for _, xa := range xs {
 			x.skipXattr(rel, xa.Name, errors.New("/proc/self/fd unavailable"))
 		}
 		return nil
 	}
 	p := procFD(dirfd) + "/" + e.Name
-	return x.setXattrs(e.Xattrs, rel, func(n string, v []byte) error { return unix.Lsetxattr(p, n, v, 0) })
+	return x.setXattrs(xs, rel, func(n string, v []byte) error { return unix.Lsetxattr(p, n, v, 0) })
 }
 
 func (x *dirExporter) procUsable() bool {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -28,12 +29,12 @@ func TestToDirRoundTrip(t *testing.T) {
 	root := buildSpecs(t, s, specs)
 	dest := filepath.Join(t.TempDir(), "out")
 	var progress int64
-	st, err := ToDir(context.Background(), s, root, dest, Options{Progress: func(n int64) { progress += n }})
+	st, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true, Progress: func(n int64) { progress += n }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkDir(t, dest, specs, true)
-	if want := expectedStats(specs); st != want {
+	if want := expectedStats(specs); !reflect.DeepEqual(st, want) {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
 	if progress != st.Bytes {
@@ -49,7 +50,7 @@ func TestToDirIntoEmptyDir(t *testing.T) {
 	specs := sampleSpecs()
 	root := buildSpecs(t, s, specs)
 	dest := t.TempDir()
-	if _, err := ToDir(context.Background(), s, root, dest, Options{}); err != nil {
+	if _, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true}); err != nil {
 		t.Fatal(err)
 	}
 	checkDir(t, dest, specs, true)
@@ -64,7 +65,7 @@ func TestToDirNoOwnershipNoXattrs(t *testing.T) {
 	}
 	root := buildSpecs(t, s, specs)
 	dest := filepath.Join(t.TempDir(), "out")
-	if _, err := ToDir(context.Background(), s, root, dest, Options{NoOwnership: true, NoXattrs: true}); err != nil {
+	if _, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true, NoOwnership: true, NoXattrs: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"", "f", "l"} {
@@ -129,7 +130,7 @@ func TestToDirDestination(t *testing.T) {
 			base := t.TempDir()
 			dest := c.setup(t, base)
 			before := snapshot(t, base)
-			_, err := ToDir(context.Background(), s, root, dest, Options{})
+			_, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true})
 			if c.class == nil {
 				if err != nil {
 					t.Fatal(err)
@@ -162,7 +163,7 @@ func TestToDirCorruptBlob(t *testing.T) {
 				t.Fatal(err)
 			}
 			dest := filepath.Join(t.TempDir(), "out")
-			_, err := ToDir(context.Background(), s, root, dest, Options{})
+			_, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true})
 			if !errors.Is(err, cas.ErrCorrupt) {
 				t.Fatalf("err = %v, want ErrCorrupt", err)
 			}
@@ -195,14 +196,14 @@ func TestToDirSizeMismatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			dest := filepath.Join(t.TempDir(), "out")
-			_, err = ToDir(context.Background(), s, root, dest, Options{})
+			_, err = ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true})
 			if !errors.Is(err, cas.ErrCorrupt) {
 				t.Fatalf("err = %v, want ErrCorrupt", err)
 			}
 			if ents, _ := os.ReadDir(dest); len(ents) != 0 {
 				t.Errorf("dest holds %v", ents)
 			}
-			_, err = ToTar(context.Background(), s, root, io.Discard, Options{})
+			_, err = ToTar(context.Background(), s, root, io.Discard, Options{PreservePrivileged: true})
 			if !errors.Is(err, cas.ErrCorrupt) {
 				t.Fatalf("tar: err = %v, want ErrCorrupt", err)
 			}
@@ -219,7 +220,7 @@ func TestToDirMissingObjects(t *testing.T) {
 	blob, _ := putBlob(t, s, "missing blob")
 	s.Delete(context.Background(), blob)
 	dest := filepath.Join(t.TempDir(), "out")
-	if _, err := ToDir(context.Background(), s, root, dest, Options{}); !errors.Is(err, cas.ErrNotFound) {
+	if _, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true}); !errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("missing blob: err = %v, want ErrNotFound", err)
 	}
 	if left := tempLeftovers(t, dest); len(left) != 0 {
@@ -227,7 +228,7 @@ func TestToDirMissingObjects(t *testing.T) {
 	}
 	// A missing root creates nothing at all.
 	dest2 := filepath.Join(t.TempDir(), "out")
-	if _, err := ToDir(context.Background(), s, cas.Sum([]byte("nope")), dest2, Options{}); !errors.Is(err, cas.ErrNotFound) {
+	if _, err := ToDir(context.Background(), s, cas.Sum([]byte("nope")), dest2, Options{PreservePrivileged: true}); !errors.Is(err, cas.ErrNotFound) {
 		t.Fatalf("missing root: err = %v, want ErrNotFound", err)
 	}
 	if _, err := os.Lstat(dest2); !errors.Is(err, os.ErrNotExist) {
@@ -248,7 +249,7 @@ func TestToDirCancel(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		dest := filepath.Join(t.TempDir(), "out")
-		if _, err := ToDir(ctx, s, root, dest, Options{}); !errors.Is(err, context.Canceled) {
+		if _, err := ToDir(ctx, s, root, dest, Options{PreservePrivileged: true}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
 		if _, err := os.Lstat(dest); !errors.Is(err, os.ErrNotExist) {
@@ -267,7 +268,7 @@ func TestToDirCancel(t *testing.T) {
 		})
 		defer s.SetFault(nil)
 		dest := filepath.Join(t.TempDir(), "out")
-		if _, err := ToDir(ctx, s, root, dest, Options{}); !errors.Is(err, context.Canceled) {
+		if _, err := ToDir(ctx, s, root, dest, Options{PreservePrivileged: true}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("err = %v, want context.Canceled", err)
 		}
 		for name, want := range map[string]bool{"a": true, "b": false, "c": false} {
@@ -309,7 +310,7 @@ func TestToDirDeepTreeDescriptors(t *testing.T) {
 		return nil
 	})
 	dest := filepath.Join(t.TempDir(), "out")
-	st, err := ToDir(context.Background(), s, root, dest, Options{})
+	st, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true})
 	s.SetFault(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -398,7 +399,7 @@ func TestLargeFileStreams(t *testing.T) {
 	const budget = 16 << 20
 	dest := filepath.Join(t.TempDir(), "out")
 	var st Stats
-	alloc := measure(func() { st, err = ToDir(context.Background(), g, root, dest, Options{}) })
+	alloc := measure(func() { st, err = ToDir(context.Background(), g, root, dest, Options{PreservePrivileged: true}) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +419,9 @@ func TestLargeFileStreams(t *testing.T) {
 	}
 
 	var n int64
-	alloc = measure(func() { _, err = ToTar(context.Background(), g, root, countWriter{&n}, Options{}) })
+	alloc = measure(func() {
+		_, err = ToTar(context.Background(), g, root, countWriter{&n}, Options{PreservePrivileged: true})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +448,7 @@ func TestToDirConcurrent(t *testing.T) {
 	errs := make(chan error, 4)
 	for i := range 4 {
 		go func() {
-			_, err := ToDir(context.Background(), s, root, filepath.Join(base, fmt.Sprint(i)), Options{NoOwnership: true})
+			_, err := ToDir(context.Background(), s, root, filepath.Join(base, fmt.Sprint(i)), Options{PreservePrivileged: true, NoOwnership: true})
 			errs <- err
 		}()
 	}
@@ -478,7 +481,7 @@ func TestToDirSkipsRefusedXattrs(t *testing.T) {
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	dest := filepath.Join(t.TempDir(), "out")
-	st, err := ToDir(context.Background(), s, root, dest, Options{Logger: logger})
+	st, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,16 @@
 // whose first member sits in a directory without search permission fails
 // (EACCES): the link has to reach that directory by name.
 //
+// Privileged content: a tree may hold what gives privilege to whoever runs
+// or opens it on the host (a sandbox's root can make a setuid-root binary,
+// a file capability or a block device). Unless Options.PreservePrivileged
+// is set, both exports clear the setuid and setgid bits of non-directories
+// (a setgid directory only passes its group on), leave out every security.*
+// xattr and every character or block device, and count what they dropped
+// in Stats.Dropped with the first MaxDroppedPaths paths. FIFOs, sticky bits
+// and ownership stay: they give nothing. Dropping is a policy, not a
+// failure: the export succeeds.
+//
 // Tar: ToTar is deterministic for a root: depth-first name order, root first
 // as "./", directories as "./a/", numeric ids with empty user and group
 // names, PAX mtimes to the nanosecond, xattrs as SCHILY.xattr.* records, no

@@ -24,6 +24,13 @@ type Options struct {
 	NoOwnership bool
 	// NoXattrs leaves extended attributes out of the export.
 	NoXattrs bool
+	// PreservePrivileged keeps what could give privilege to whoever runs
+	// or opens the exported files on the host: setuid and setgid bits of
+	// non-directories, security.* xattrs (file capabilities among them)
+	// and character and block devices. Without it they are dropped and
+	// counted in Stats.Dropped: a sandbox's output must not become a
+	// setuid-root binary or a world-writable disk on the host.
+	PreservePrivileged bool
 }
 
 func (o Options) withDefaults() Options {
@@ -47,6 +54,112 @@ type Stats struct {
 	// Skipped counts what ToDir could not materialise and only warned about:
 	// devices mknod refused, xattrs the filesystem or privileges refused.
 	Skipped int64
+	// Dropped is what the export left out on purpose because it could give
+	// privilege on the host (see Options.PreservePrivileged).
+	Dropped Dropped
+}
+
+// Dropped says what an export left out because it could give privilege on
+// the host. A dropped device is not written at all; a file that lost its
+// setuid or setgid bit or a security.* xattr is written without them.
+type Dropped struct {
+	SetID   int64 `json:"setid"`   // non-directories whose setuid/setgid bits were cleared
+	Xattrs  int64 `json:"xattrs"`  // security.* xattrs left out
+	Devices int64 `json:"devices"` // character and block devices left out
+	// Paths are the first MaxDroppedPaths paths (relative to the root)
+	// that lost something, in export order, never null.
+	Paths []string `json:"paths"`
+}
+
+// MaxDroppedPaths bounds Dropped.Paths, so a tree full of devices costs a
+// bounded report.
+const MaxDroppedPaths = 100
+
+// Any reports whether anything was dropped.
+func (d Dropped) Any() bool { return d.SetID+d.Xattrs+d.Devices > 0 }
+
+// String says what was dropped in a few words, "" when nothing was.
+func (d Dropped) String() string {
+	var parts []string
+	if d.SetID > 0 {
+		parts = append(parts, fmt.Sprintf("%d setuid/setgid bits", d.SetID))
+	}
+	if d.Xattrs > 0 {
+		parts = append(parts, fmt.Sprintf("%d security.* xattrs", d.Xattrs))
+	}
+	if d.Devices > 0 {
+		parts = append(parts, fmt.Sprintf("%d device nodes", d.Devices))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// privFilter applies the privileged-content policy of one export and keeps
+// its Dropped count. Each method takes an entry's path (for the report) and
+// returns what may be written.
+type privFilter struct {
+	preserve bool
+	d        *Dropped
+	last     string // last path added to d.Paths, so a path is listed once
+}
+
+func (p *privFilter) note(rel string) {
+	if rel == "" {
+		rel = "."
+	}
+	if p.last == rel || len(p.d.Paths) >= MaxDroppedPaths {
+		return
+	}
+	p.last = rel
+	p.d.Paths = append(p.d.Paths, rel)
+}
+
+// setIDBits are setuid and setgid. On a directory setgid only passes the
+// group on to new entries, which gives nothing, so directories keep it.
+const setIDBits = 0o6000
+
+// mode returns the mode to write for a node of type typ.
+func (p *privFilter) mode(typ cas.Type, mode uint32, rel string) uint32 {
+	if p.preserve || typ == cas.TypeDir || mode&setIDBits == 0 {
+		return mode
+	}
+	p.d.SetID++
+	p.note(rel)
+	return mode &^ setIDBits
+}
+
+// xattrs returns xs without security.* names; xs itself is not modified.
+func (p *privFilter) xattrs(xs []cas.Xattr, rel string) []cas.Xattr {
+	if p.preserve {
+		return xs
+	}
+	var out []cas.Xattr
+	for i, xa := range xs {
+		if !strings.HasPrefix(xa.Name, "security.") {
+			if out != nil {
+				out = append(out, xa)
+			}
+			continue
+		}
+		if out == nil {
+			out = append(make([]cas.Xattr, 0, len(xs)), xs[:i]...)
+		}
+		p.d.Xattrs++
+		p.note(rel)
+	}
+	if out == nil {
+		return xs
+	}
+	return out
+}
+
+// device reports whether a node of type typ is left out.
+func (p *privFilter) device(typ cas.Type, rel string) bool {
+	if p.preserve || (typ != cas.TypeCharDev && typ != cas.TypeBlockDev) {
+		return false
+	}
+	p.d.Devices++
+	p.note(rel)
+	return true
 }
 
 // bufSize is the copy buffer: large enough to keep syscalls few, small

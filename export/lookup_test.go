@@ -98,7 +98,7 @@ func TestSubtreeExportKeepsLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	dest := t.TempDir() + "/out"
-	st, err := ToDir(context.Background(), s, e.ID, dest, Options{})
+	st, err := ToDir(context.Background(), s, e.ID, dest, Options{PreservePrivileged: true})
 	if err != nil {
 		t.Fatal(err)
 	}

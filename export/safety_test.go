@@ -65,11 +65,11 @@ func TestDecoderRejectsEscapes(t *testing.T) {
 			}})
 			for _, root := range []cas.ID{bad, nested} {
 				dest := filepath.Join(t.TempDir(), "out")
-				_, err := ToDir(context.Background(), s, root, dest, Options{})
+				_, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true})
 				if !errors.Is(err, cas.ErrCorrupt) {
 					t.Fatalf("ToDir: err = %v, want ErrCorrupt", err)
 				}
-				if _, err := ToTar(context.Background(), s, root, io.Discard, Options{}); !errors.Is(err, cas.ErrCorrupt) {
+				if _, err := ToTar(context.Background(), s, root, io.Discard, Options{PreservePrivileged: true}); !errors.Is(err, cas.ErrCorrupt) {
 					t.Fatalf("ToTar: err = %v, want ErrCorrupt", err)
 				}
 				if root == bad {
@@ -173,7 +173,7 @@ func TestHostileTreesStayInside(t *testing.T) {
 			before := snapshot(t, out)
 			root := putRaw(t, s, &cas.Tree{Attr: cas.Attr{Mode: 0o755}, Entries: c.entries})
 			dest := filepath.Join(t.TempDir(), "out")
-			_, err := ToDir(context.Background(), s, root, dest, Options{})
+			_, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true})
 			if c.class != nil {
 				if !errors.Is(err, c.class) {
 					t.Fatalf("err = %v, want %v", err, c.class)
@@ -187,7 +187,7 @@ func TestHostileTreesStayInside(t *testing.T) {
 			// Exporting again into the populated dest is refused before
 			// anything is written, symlinks to the outside included.
 			if c.class == nil {
-				if _, err := ToDir(context.Background(), s, root, dest, Options{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+				if _, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 					t.Fatalf("second export: err = %v, want ErrFailedPrecondition", err)
 				}
 				checkUntouched(t, out, before)
@@ -242,10 +242,10 @@ func TestExporterChecksWithoutDecoder(t *testing.T) {
 			before := snapshot(t, out)
 			root := add(&cas.Tree{Attr: cas.Attr{Mode: 0o755}, Entries: c.entries})
 			dest := filepath.Join(t.TempDir(), "out")
-			if _, err := toDir(context.Background(), s, root, dest, Options{}, read); err == nil {
+			if _, err := toDir(context.Background(), s, root, dest, Options{PreservePrivileged: true}, read); err == nil {
 				t.Fatal("export succeeded")
 			}
-			_, err := toTar(context.Background(), s, root, io.Discard, Options{}, read)
+			_, err := toTar(context.Background(), s, root, io.Discard, Options{PreservePrivileged: true}, read)
 			if (err == nil) != c.tarOK {
 				t.Fatalf("tar export: err = %v", err)
 			}
@@ -264,7 +264,7 @@ func TestDestSymlinkRefused(t *testing.T) {
 	if err := os.Symlink(filepath.Join(out, "sub"), link); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ToDir(context.Background(), s, root, link, Options{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := ToDir(context.Background(), s, root, link, Options{PreservePrivileged: true}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Fatalf("err = %v, want ErrFailedPrecondition", err)
 	}
 	checkUntouched(t, out, before)

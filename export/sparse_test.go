@@ -69,7 +69,7 @@ func TestToDirKeepsHoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	dest := filepath.Join(t.TempDir(), "out")
-	if _, err := ToDir(context.Background(), s, root, dest, Options{}); err != nil {
+	if _, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true}); err != nil {
 		t.Fatal(err)
 	}
 	for name, e := range entries {
@@ -107,7 +107,7 @@ func TestToDirHoleOverDataIsCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	dest := filepath.Join(t.TempDir(), "out")
-	if _, err := ToDir(context.Background(), s, root, dest, Options{}); !errors.Is(err, cas.ErrCorrupt) {
+	if _, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true}); !errors.Is(err, cas.ErrCorrupt) {
 		t.Fatalf("err = %v, want ErrCorrupt", err)
 	}
 	if _, err := os.Lstat(filepath.Join(dest, "f")); !errors.Is(err, os.ErrNotExist) {

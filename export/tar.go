@@ -44,6 +44,7 @@ func toTar(ctx context.Context, g cas.Getter, root cas.ID, w io.Writer, opts Opt
 		buf:      make([]byte, bufSize),
 		links:    map[string]tarFirst{},
 	}
+	x.priv = privFilter{preserve: opts.PreservePrivileged, d: &x.stats.Dropped}
 	if err := x.run(root); err != nil {
 		return x.stats, fmt.Errorf("export %s as tar: %w", root.Short(), err)
 	}
@@ -59,6 +60,7 @@ type tarExporter struct {
 	buf      []byte
 	stats    Stats
 	links    map[string]tarFirst
+	priv     privFilter
 }
 
 type tarFirst struct {
@@ -71,7 +73,7 @@ func (x *tarExporter) run(root cas.ID) error {
 	if err != nil {
 		return err
 	}
-	if err := x.write(x.header(tar.TypeDir, "./", &t.Attr, true)); err != nil {
+	if err := x.write(x.header(tar.TypeDir, "./", "", &t.Attr, true)); err != nil {
 		return err
 	}
 	x.stats.Dirs++
@@ -100,7 +102,7 @@ func (x *tarExporter) walk(t *cas.Tree, dir string) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", rel, err)
 			}
-			if err := x.write(x.header(tar.TypeDir, "./"+rel+"/", &ct.Attr, true)); err != nil {
+			if err := x.write(x.header(tar.TypeDir, "./"+rel+"/", rel, &ct.Attr, true)); err != nil {
 				return fmt.Errorf("%s: %w", rel, err)
 			}
 			x.stats.Dirs++
@@ -118,6 +120,10 @@ func (x *tarExporter) walk(t *cas.Tree, dir string) error {
 
 func (x *tarExporter) leaf(e *cas.Entry, rel string) error {
 	name := "./" + rel
+	if x.priv.device(e.Type, rel) {
+		// Every member of a device's link group is dropped alike.
+		return nil
+	}
 	if e.LinkGroup != "" {
 		if first, ok := x.links[e.LinkGroup]; ok {
 			if !sameContent(&first.entry, e) {
@@ -125,7 +131,7 @@ func (x *tarExporter) leaf(e *cas.Entry, rel string) error {
 			}
 			// Extractors apply nothing but the link from this header, so it
 			// carries no xattrs.
-			h := x.header(tar.TypeLink, name, &e.Attr, false)
+			h := x.header(tar.TypeLink, name, rel, &e.Attr, false)
 			h.Linkname = first.name
 			if err := x.write(h); err != nil {
 				return err
@@ -137,7 +143,7 @@ func (x *tarExporter) leaf(e *cas.Entry, rel string) error {
 	}
 	switch e.Type {
 	case cas.TypeFile:
-		h := x.header(tar.TypeReg, name, &e.Attr, true)
+		h := x.header(tar.TypeReg, name, rel, &e.Attr, true)
 		h.Size = e.Size
 		if err := x.write(h); err != nil {
 			return err
@@ -150,7 +156,7 @@ func (x *tarExporter) leaf(e *cas.Entry, rel string) error {
 		x.stats.Bytes += n
 		return nil
 	case cas.TypeSymlink:
-		h := x.header(tar.TypeSymlink, name, &e.Attr, true)
+		h := x.header(tar.TypeSymlink, name, rel, &e.Attr, true)
 		h.Linkname = e.Target
 		x.stats.Symlinks++
 		return x.write(h)
@@ -159,24 +165,39 @@ func (x *tarExporter) leaf(e *cas.Entry, rel string) error {
 		if e.Type == cas.TypeBlockDev {
 			typ = tar.TypeBlock
 		}
-		h := x.header(typ, name, &e.Attr, true)
+		h := x.header(typ, name, rel, &e.Attr, true)
 		h.Devmajor, h.Devminor = int64(e.Major), int64(e.Minor)
 		x.stats.Others++
 		return x.write(h)
 	case cas.TypeFIFO:
 		x.stats.Others++
-		return x.write(x.header(tar.TypeFifo, name, &e.Attr, true))
+		return x.write(x.header(tar.TypeFifo, name, rel, &e.Attr, true))
 	}
 	return fmt.Errorf("unknown type %d: %w", e.Type, ErrCorrupt)
 }
 
 const paxXattr = "SCHILY.xattr."
 
-func (x *tarExporter) header(typ byte, name string, a *cas.Attr, xattrs bool) *tar.Header {
+// header builds the header of the node at rel (relative to the root, for the
+// report of what was dropped) named name in the archive. A TypeLink header
+// carries the first member's mode as it was written.
+func (x *tarExporter) header(typ byte, name, rel string, a *cas.Attr, xattrs bool) *tar.Header {
+	mode := a.Mode
+	switch typ {
+	case tar.TypeDir:
+	case tar.TypeLink:
+		// Extractors apply nothing but the link, and the first member was
+		// counted already; the bits go all the same.
+		if !x.priv.preserve {
+			mode &^= setIDBits
+		}
+	default:
+		mode = x.priv.mode(cas.TypeFile, mode, rel)
+	}
 	h := &tar.Header{
 		Typeflag: typ,
 		Name:     name,
-		Mode:     int64(a.Mode),
+		Mode:     int64(mode),
 		Uid:      int(a.UID),
 		Gid:      int(a.GID),
 		ModTime:  time.Unix(0, a.MtimeNs),
@@ -184,9 +205,13 @@ func (x *tarExporter) header(typ byte, name string, a *cas.Attr, xattrs bool) *t
 		// field needs them, and sorts them, so output stays deterministic.
 		Format: tar.FormatPAX,
 	}
-	if xattrs && !x.opts.NoXattrs && len(a.Xattrs) > 0 {
-		h.PAXRecords = make(map[string]string, len(a.Xattrs))
-		for _, xa := range a.Xattrs {
+	var xs []cas.Xattr
+	if xattrs && !x.opts.NoXattrs {
+		xs = x.priv.xattrs(a.Xattrs, rel)
+	}
+	if len(xs) > 0 {
+		h.PAXRecords = make(map[string]string, len(xs))
+		for _, xa := range xs {
 			h.PAXRecords[paxXattr+xa.Name] = string(xa.Value)
 		}
 	}

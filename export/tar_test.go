@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -40,11 +41,11 @@ func TestToTarHeaders(t *testing.T) {
 	root := buildSpecs(t, s, specs)
 	var buf bytes.Buffer
 	var progress int64
-	st, err := ToTar(context.Background(), s, root, &buf, Options{Progress: func(n int64) { progress += n }})
+	st, err := ToTar(context.Background(), s, root, &buf, Options{PreservePrivileged: true, Progress: func(n int64) { progress += n }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := expectedStats(specs); st != want {
+	if want := expectedStats(specs); !reflect.DeepEqual(st, want) {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
 	if progress != st.Bytes {
@@ -124,7 +125,7 @@ func TestToTarDeterministic(t *testing.T) {
 	s := mem.New()
 	root := buildSpecs(t, s, sampleSpecs())
 	var a, b bytes.Buffer
-	if _, err := ToTar(context.Background(), s, root, &a, Options{}); err != nil {
+	if _, err := ToTar(context.Background(), s, root, &a, Options{PreservePrivileged: true}); err != nil {
 		t.Fatal(err)
 	}
 	// A second store built in another order holds the same root.
@@ -133,14 +134,14 @@ func TestToTarDeterministic(t *testing.T) {
 	if root2 := buildSpecs(t, s2, specs); root2 != root {
 		t.Fatal("same specs, different root")
 	}
-	if _, err := ToTar(context.Background(), s2, root, &b, Options{}); err != nil {
+	if _, err := ToTar(context.Background(), s2, root, &b, Options{PreservePrivileged: true}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(a.Bytes(), b.Bytes()) {
 		t.Fatal("two tars of one root differ")
 	}
 	var c bytes.Buffer
-	if _, err := ToTar(context.Background(), s, root, &c, Options{NoXattrs: true}); err != nil {
+	if _, err := ToTar(context.Background(), s, root, &c, Options{PreservePrivileged: true, NoXattrs: true}); err != nil {
 		t.Fatal(err)
 	}
 	if bytes.Contains(c.Bytes(), []byte(paxXattr)) {
@@ -160,7 +161,7 @@ func TestToTarExtractsWithGNUTar(t *testing.T) {
 	specs := sampleSpecs()
 	root := buildSpecs(t, s, specs)
 	var buf bytes.Buffer
-	if _, err := ToTar(context.Background(), s, root, &buf, Options{}); err != nil {
+	if _, err := ToTar(context.Background(), s, root, &buf, Options{PreservePrivileged: true}); err != nil {
 		t.Fatal(err)
 	}
 	dest := t.TempDir()
@@ -190,7 +191,7 @@ func TestToTarCorruptAndCancel(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := ToTar(ctx, s, root, io.Discard, Options{}); !errors.Is(err, context.Canceled) {
+	if _, err := ToTar(ctx, s, root, io.Discard, Options{PreservePrivileged: true}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancel: err = %v", err)
 	}
 	s.SetFault(nil)
@@ -199,7 +200,7 @@ func TestToTarCorruptAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	_, err := ToTar(context.Background(), s, root, &buf, Options{})
+	_, err := ToTar(context.Background(), s, root, &buf, Options{PreservePrivileged: true})
 	if !errors.Is(err, cas.ErrCorrupt) {
 		t.Fatalf("corrupt: err = %v", err)
 	}
@@ -211,7 +212,7 @@ func TestToTarCorruptAndCancel(t *testing.T) {
 
 	dir := t.TempDir()
 	path := filepath.Join(dir, "out.tar.zst")
-	if _, err := WriteTarFile(context.Background(), s, root, path, Options{}); !errors.Is(err, cas.ErrCorrupt) {
+	if _, err := WriteTarFile(context.Background(), s, root, path, Options{PreservePrivileged: true}); !errors.Is(err, cas.ErrCorrupt) {
 		t.Fatalf("WriteTarFile: err = %v", err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
@@ -223,7 +224,7 @@ func TestWriteTarFile(t *testing.T) {
 	s := mem.New()
 	root := buildSpecs(t, s, sampleSpecs())
 	var want bytes.Buffer
-	if _, err := ToTar(context.Background(), s, root, &want, Options{}); err != nil {
+	if _, err := ToTar(context.Background(), s, root, &want, Options{PreservePrivileged: true}); err != nil {
 		t.Fatal(err)
 	}
 	decoders := map[string]func(io.Reader) (io.Reader, error){
@@ -249,7 +250,7 @@ func TestWriteTarFile(t *testing.T) {
 			if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := WriteTarFile(context.Background(), s, root, path, Options{}); err != nil {
+			if _, err := WriteTarFile(context.Background(), s, root, path, Options{PreservePrivileged: true}); err != nil {
 				t.Fatal(err)
 			}
 			f, err := os.Open(path)
