@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/export"
+	"github.com/esf-dev/esf/fabric"
 )
 
 // Client calls esfd over its unix socket, or over the network API
@@ -318,13 +320,24 @@ func (c *Client) Export(ctx context.Context, id, to string, opt CallOptions) (*E
 type ExportTarResult struct {
 	RootID string // the root the id resolved to
 	Bytes  int64  // tar bytes written to w
+	// Dropped is what a tar export left out because it could give
+	// privilege on the host; nil for other streams.
+	Dropped *export.Dropped
 }
 
 // ExportTar streams the tree of id as an uncompressed tar into w. It
 // succeeds only if the daemon marked the stream complete; on error, what was
-// written to w is a truncated tar and must be discarded.
-func (c *Client) ExportTar(ctx context.Context, id string, w io.Writer) (*ExportTarResult, error) {
-	req, err := c.newRequest(ctx, http.MethodGet, "/v1/export/"+url.PathEscape(id)+".tar", nil, "", CallOptions{})
+// written to w is a truncated tar and must be discarded. Privileged content
+// is dropped unless opts say otherwise.
+func (c *Client) ExportTar(ctx context.Context, id string, w io.Writer, opts ...fabric.ExportOptions) (*ExportTarResult, error) {
+	path := "/v1/export/" + url.PathEscape(id) + ".tar"
+	for _, o := range opts {
+		if o.PreservePrivileged {
+			path += "?" + QueryPreservePrivileged + "=true"
+			break
+		}
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, path, nil, "", CallOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +345,18 @@ func (c *Client) ExportTar(ctx context.Context, id string, w io.Writer) (*Export
 	if err != nil {
 		return nil, err
 	}
-	return c.readStream(ctx, resp, "export "+id, w)
+	res, err := c.readStream(ctx, resp, "export "+id, w)
+	if err != nil {
+		return nil, err
+	}
+	if v := resp.Trailer.Get(TrailerDropped); v != "" {
+		var d export.Dropped
+		if err := json.Unmarshal([]byte(v), &d); err != nil {
+			return nil, &errdefs.Error{Code: errdefs.CodeInternal, Message: fmt.Sprintf("export %s: bad %s trailer: %v", id, TrailerDropped, err)}
+		}
+		res.Dropped = &d
+	}
+	return res, nil
 }
 
 // Fsck re-hashes every stored object and returns the bad ones.

@@ -314,9 +314,12 @@ func (s *Server) exportDir(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	root, st, err := s.f.ExportDir(r.Context(), req.ID, req.To)
+	root, st, err := s.f.ExportDir(r.Context(), req.ID, req.To, fabric.ExportOptions{PreservePrivileged: req.PreservePrivileged})
 	if err != nil {
 		return err
+	}
+	if st.Dropped.Paths == nil {
+		st.Dropped.Paths = []string{}
 	}
 	writeJSON(w, http.StatusOK, ExportResponse{
 		RootID:   root,
@@ -328,6 +331,7 @@ func (s *Server) exportDir(w http.ResponseWriter, r *http.Request) error {
 		Links:    st.Links,
 		Bytes:    st.Bytes,
 		Skipped:  st.Skipped,
+		Dropped:  st.Dropped,
 	})
 	return nil
 }
@@ -343,6 +347,14 @@ func (s *Server) exportTar(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return fmt.Errorf("export %q: want <id>.tar: %w", file, errdefs.ErrInvalidArgument)
 	}
+	var opts fabric.ExportOptions
+	switch v := r.URL.Query().Get(QueryPreservePrivileged); v {
+	case "", "false":
+	case "true":
+		opts.PreservePrivileged = true
+	default:
+		return fmt.Errorf("export: %s=%q: want true or false: %w", QueryPreservePrivileged, v, errdefs.ErrInvalidArgument)
+	}
 	ctx := r.Context()
 	root, err := s.f.ResolveRoot(ctx, id)
 	if err != nil {
@@ -351,9 +363,9 @@ func (s *Server) exportTar(w http.ResponseWriter, r *http.Request) error {
 	tw := &lazyStream{w: w, start: func(h http.Header) {
 		h.Set("Content-Type", MediaTar)
 		h.Set(HeaderRootID, root.String())
-		h.Set("Trailer", TrailerStatus+", "+TrailerError)
+		h.Set("Trailer", TrailerStatus+", "+TrailerError+", "+TrailerDropped)
 	}}
-	_, _, err = s.f.ExportTar(ctx, root.String(), tw)
+	_, st, err := s.f.ExportTar(ctx, root.String(), tw, opts)
 	if err != nil && !tw.started {
 		return err
 	}
@@ -363,6 +375,10 @@ func (s *Server) exportTar(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set(TrailerError, asciiJSON(errdefs.Wire(err)))
 		return err
 	}
+	if st.Dropped.Paths == nil {
+		st.Dropped.Paths = []string{}
+	}
+	w.Header().Set(TrailerDropped, asciiJSON(st.Dropped))
 	w.Header().Set(TrailerStatus, "ok")
 	return nil
 }

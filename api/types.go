@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/export"
 	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/ingest"
 	"github.com/esf-dev/esf/treediff"
@@ -43,6 +44,9 @@ type ImportResponse struct {
 type ExportRequest struct {
 	ID string `json:"id"`
 	To string `json:"to"`
+	// PreservePrivileged keeps setuid/setgid bits, security.* xattrs and
+	// device nodes, which are dropped by default.
+	PreservePrivileged bool `json:"preserve_privileged,omitempty"`
 }
 
 // ExportResponse is the result of POST /v1/export.
@@ -56,6 +60,9 @@ type ExportResponse struct {
 	Links    int64  `json:"links"`   // extra names of hard-link groups
 	Bytes    int64  `json:"bytes"`   // content bytes written
 	Skipped  int64  `json:"skipped"` // devices and xattrs the destination refused
+	// Dropped is what the export left out on purpose because it could
+	// give privilege on the host.
+	Dropped export.Dropped `json:"dropped"`
 }
 
 // FsckRequest is the (optional) body of POST /v1/fsck.
@@ -109,6 +116,13 @@ const (
 	// TrailerError carries the {"code","message"} of a failure that happened
 	// after the stream started (ASCII-only JSON).
 	TrailerError = "Esf-Error"
+	// TrailerDropped ends a complete GET /v1/export/{id}.tar: the JSON of
+	// what the tar left out because it could give privilege on the host
+	// (export.Dropped).
+	TrailerDropped = "Esf-Dropped"
+	// QueryPreservePrivileged=true on GET /v1/export/{id}.tar keeps
+	// setuid/setgid bits, security.* xattrs and device nodes.
+	QueryPreservePrivileged = "preserve_privileged"
 )
 
 // Media types.

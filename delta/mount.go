@@ -23,6 +23,12 @@ type Layout struct {
 	// never changes, so a caller can read it once per root and spare every
 	// later Mount the round trips to the FUSE server.
 	LowerAttr *RootAttr
+	// HostView mounts the root nosuid,nodev: it is a directory the caller
+	// chose on the host, where other users may run or open what the
+	// attempt holds, and a setuid-root binary or a device node made in a
+	// sandbox must not work there. A root private to the daemon (under its
+	// 0700 state dir) is the sandbox's own and keeps the usual semantics.
+	HostView bool
 }
 
 // Upper is the directory holding the attempt's changes.
@@ -79,7 +85,11 @@ func Mount(l Layout) error {
 	if err := attr.apply(l.Upper()); err != nil {
 		return err
 	}
-	if err := unix.Mount("overlay", l.Root, "overlay", 0, opts); err != nil {
+	var flags uintptr
+	if l.HostView {
+		flags = unix.MS_NOSUID | unix.MS_NODEV
+	}
+	if err := unix.Mount("overlay", l.Root, "overlay", flags, opts); err != nil {
 		return fmt.Errorf("mount overlay at %s: %w", l.Root, err)
 	}
 	return nil

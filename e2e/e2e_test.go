@@ -140,7 +140,7 @@ func TestExportReproducesTheFixture(t *testing.T) {
 	root := strings.TrimSpace(d.mustCtl(nil, "import", src).stdout)
 
 	dest := filepath.Join(t.TempDir(), "export")
-	r := d.mustCtl(nil, "export", root, "--to", dest)
+	r := d.mustCtl(nil, "export", root, "--to", dest, "--preserve-privileged")
 	if !strings.Contains(r.stdout, root) {
 		t.Errorf("export output: %s", r.stdout)
 	}
@@ -163,7 +163,7 @@ func TestTarZstRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "root.tar.zst")
 
-	r := d.mustCtl(nil, "-o", "json", "export", root, "--to", out)
+	r := d.mustCtl(nil, "-o", "json", "export", root, "--to", out, "--preserve-privileged")
 	m := jsonObject(t, r.stdout)
 	if m["root_id"] != root || m["format"] != "zstd" || m["to"] != out {
 		t.Fatalf("export -o json: %v", m)
@@ -195,7 +195,7 @@ func TestTarZstRoundTrip(t *testing.T) {
 	}
 	compareTrees(t, src, x)
 	// And --to - writes the same tar to stdout.
-	r = d.mustCtl(nil, "export", root, "--to", "-")
+	r = d.mustCtl(nil, "export", root, "--to", "-", "--preserve-privileged")
 	if r.stdout != string(plain) {
 		t.Fatalf("export --to -: %d bytes, the file holds %d", len(r.stdout), len(plain))
 	}

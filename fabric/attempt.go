@@ -350,10 +350,12 @@ func (f *Fabric) attemptDir(attemptID string) string {
 
 func (f *Fabric) layout(a journal.Attempt, rootID, root string) delta.Layout {
 	dir := f.attemptDir(a.AttemptID)
+	private := filepath.Join(dir, "root")
 	if root == "" {
-		root = filepath.Join(dir, "root")
+		root = private
 	}
-	return delta.Layout{Lower: f.projection.RootPath(rootID), Dir: filepath.Join(dir, "delta"), Root: root}
+	return delta.Layout{Lower: f.projection.RootPath(rootID), Dir: filepath.Join(dir, "delta"), Root: root,
+		HostView: root != private}
 }
 
 // ensureMounted mounts a live attempt's writable root if it is not mounted

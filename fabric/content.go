@@ -285,12 +285,30 @@ func (f *Fabric) ResolveRoot(ctx context.Context, id string) (cas.ID, error) {
 	return f.resolveRoot(ctx, id)
 }
 
+// ExportOptions choose what an export may carry to the daemon's host.
+type ExportOptions struct {
+	// PreservePrivileged keeps setuid/setgid bits, security.* xattrs and
+	// device nodes; by default they are dropped and reported in
+	// export.Stats.Dropped (see the export package).
+	PreservePrivileged bool
+}
+
+// exportOptions merges the optional ExportOptions argument.
+func (f *Fabric) exportOptions(opts []ExportOptions) export.Options {
+	o := export.Options{Logger: f.log.With("op", "export")}
+	for _, x := range opts {
+		o.PreservePrivileged = o.PreservePrivileged || x.PreservePrivileged
+	}
+	return o
+}
+
 // ExportDir writes the tree id designates into dest, an absolute path on
 // the daemon's host that must not exist (its parent must) or be an empty
 // directory. When the export fails, a dest it created is removed again; an
 // existing empty directory keeps what was written (export never deletes
-// what it did not create).
-func (f *Fabric) ExportDir(ctx context.Context, id, dest string) (cas.ID, export.Stats, error) {
+// what it did not create). Privileged content is dropped unless opts say
+// otherwise.
+func (f *Fabric) ExportDir(ctx context.Context, id, dest string, opts ...ExportOptions) (cas.ID, export.Stats, error) {
 	root, err := f.resolveRoot(ctx, id)
 	if err != nil {
 		return cas.ZeroID, export.Stats{}, fmt.Errorf("export: %w", err)
@@ -300,7 +318,7 @@ func (f *Fabric) ExportDir(ctx context.Context, id, dest string) (cas.ID, export
 	}
 	_, lerr := os.Lstat(dest)
 	fresh := errors.Is(lerr, fs.ErrNotExist)
-	st, err := export.ToDir(ctx, f.store, root, dest, export.Options{Logger: f.log.With("op", "export")})
+	st, err := export.ToDir(ctx, f.store, root, dest, f.exportOptions(opts))
 	if err != nil {
 		if fresh && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			// All or nothing when the export made dest: a half-written
@@ -311,7 +329,7 @@ func (f *Fabric) ExportDir(ctx context.Context, id, dest string) (cas.ID, export
 		}
 		return root, st, err
 	}
-	f.log.Info("exported", "root_id", root, "to", dest, "files", st.Files, "bytes", st.Bytes)
+	f.log.Info("exported", "root_id", root, "to", dest, "files", st.Files, "bytes", st.Bytes, "dropped", st.Dropped.String())
 	return root, st, nil
 }
 
@@ -319,13 +337,14 @@ func (f *Fabric) ExportDir(ctx context.Context, id, dest string) (cas.ID, export
 // written to w when id does not resolve; a failure after the first byte
 // leaves a truncated tar in w. A corrupt blob never appears whole in w: the
 // member it belongs to is cut short, so even a reader of the tar that
-// ignores how the stream ended fails on it.
-func (f *Fabric) ExportTar(ctx context.Context, id string, w io.Writer) (cas.ID, export.Stats, error) {
+// ignores how the stream ended fails on it. Privileged content is dropped
+// unless opts say otherwise.
+func (f *Fabric) ExportTar(ctx context.Context, id string, w io.Writer, opts ...ExportOptions) (cas.ID, export.Stats, error) {
 	root, err := f.resolveRoot(ctx, id)
 	if err != nil {
 		return cas.ZeroID, export.Stats{}, fmt.Errorf("export: %w", err)
 	}
-	st, err := export.ToTar(ctx, f.store, root, w, export.Options{Logger: f.log.With("op", "export")})
+	st, err := export.ToTar(ctx, f.store, root, w, f.exportOptions(opts))
 	if err != nil {
 		return root, st, err
 	}

@@ -65,7 +65,10 @@ func (f *Fabric) Mount(ctx context.Context, req MountRequest) (MountResult, erro
 	if err := unix.Mount(src, dir, "", unix.MS_BIND, ""); err != nil {
 		return MountResult{}, fmt.Errorf("mount: bind %s: %w", dir, err)
 	}
-	if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+	// A bind remount sets the mount's flags to exactly these: nosuid and
+	// nodev must be named again or the view loses them, and other users
+	// could run a setuid binary or open a device node the tree holds.
+	if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		unix.Unmount(dir, unix.MNT_DETACH)
 		return MountResult{}, fmt.Errorf("mount: read-only %s: %w", dir, err)
 	}

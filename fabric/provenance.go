@@ -311,6 +311,9 @@ type ExportRequest struct {
 	Artifact string `json:"artifact,omitempty"`
 	// Provenance is where the record goes; default To + ".provenance.json".
 	Provenance string `json:"provenance,omitempty"`
+	// PreservePrivileged keeps setuid/setgid bits, security.* xattrs and
+	// device nodes, which are dropped by default.
+	PreservePrivileged bool `json:"preserve_privileged,omitempty"`
 }
 
 // ExportResult is what an export wrote.
@@ -320,6 +323,9 @@ type ExportResult struct {
 	Bytes      int64            `json:"bytes"`
 	Provenance string           `json:"provenance"`
 	Record     ProvenanceRecord `json:"record"`
+	// Dropped is what the export left out because it could give
+	// privilege on the host.
+	Dropped export.Dropped `json:"dropped"`
 }
 
 // Export writes a node's (or root's) tree, or one artifact of it, to a
@@ -341,7 +347,7 @@ func (f *Fabric) Export(ctx context.Context, req ExportRequest) (ExportResult, e
 		}
 		id = e.ID.String()
 	}
-	_, st, err := f.ExportDir(ctx, id, req.To)
+	_, st, err := f.ExportDir(ctx, id, req.To, ExportOptions{PreservePrivileged: req.PreservePrivileged})
 	if err != nil {
 		return ExportResult{}, err
 	}
@@ -360,7 +366,10 @@ func (f *Fabric) Export(ctx context.Context, req ExportRequest) (ExportResult, e
 	if err := writeFileAtomic(path, append(b, '\n')); err != nil {
 		return ExportResult{}, fmt.Errorf("export: provenance: %w", err)
 	}
-	return ExportResult{RootID: root.String(), Files: st.Files, Bytes: st.Bytes, Provenance: path, Record: rec}, nil
+	if st.Dropped.Paths == nil {
+		st.Dropped.Paths = []string{}
+	}
+	return ExportResult{RootID: root.String(), Files: st.Files, Bytes: st.Bytes, Provenance: path, Record: rec, Dropped: st.Dropped}, nil
 }
 
 func writeFileAtomic(path string, b []byte) error {

@@ -12,14 +12,17 @@ import (
 // ("default_permissions") and POSIX ACLs (FUSE_POSIX_ACL, which asks the
 // kernel to read system.posix_acl_* through getxattr and check them as on
 // any disk filesystem); other users may read ("allow_other"), so a
-// container running as another uid sees its tree.
+// container running as another uid sees its tree. Because others may read
+// it, it is "nosuid,nodev": a setuid binary or a device node a tree holds
+// gives nothing to whoever runs or opens it through the projection (an
+// attempt's overlay on top has its own mount flags).
 func Mount(dir string, f *FS) (*fuse.Server, error) {
 	timeout := f.opts.Timeout
 	srv, err := fs.Mount(dir, f, &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName:        "esf",
 			Name:          "esf",
-			Options:       []string{"ro", "default_permissions"},
+			Options:       []string{"ro", "default_permissions", "nosuid", "nodev"},
 			AllowOther:    true,
 			MaxBackground: 64,
 			MaxWrite:      1 << 20,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/esf-dev/esf/api"
 	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/export"
 	"github.com/esf-dev/esf/fabric"
 )
 
@@ -119,6 +120,9 @@ func (a *app) exportCommand() *cli.Command {
 			"compressed by suffix, and writes the file atomically (it appears only\n" +
 			"complete). --format patch --base NODE writes a git patch from NODE to ID\n" +
 			"instead. --to - writes the tar or patch to stdout.\n\n" +
+			"By default an export leaves out what could give privilege on this host:\n" +
+			"setuid/setgid bits of files, security.* xattrs (file capabilities) and\n" +
+			"device nodes; it says what it dropped. --preserve-privileged keeps them.\n\n" +
 			"Every export to a directory or file also writes its signed provenance record,\n" +
 			"to --provenance FILE or else beside it as DEST.provenance.json (to stdout:\n" +
 			"only with --provenance). Check it with esfctl verify-provenance.",
@@ -128,6 +132,7 @@ func (a *app) exportCommand() *cli.Command {
 			&cli.StringFlag{Name: "base", Usage: "with --format patch: the node or root the patch applies to"},
 			&cli.StringFlag{Name: "artifact", Usage: "export only this directory (a slash path in the tree; --to DIR only)"},
 			&cli.StringFlag{Name: "provenance", Usage: "where to write the provenance record (default DEST.provenance.json)"},
+			&cli.BoolFlag{Name: "preserve-privileged", Usage: "keep setuid/setgid bits, security.* xattrs and device nodes"},
 			idempotencyKeyFlag(),
 		},
 		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
@@ -167,13 +172,18 @@ func (a *app) exportCommand() *cli.Command {
 				prov = abs
 			}
 			info := fabric.ExportInfo{Format: format, Base: base}
+			priv := fabric.ExportOptions{PreservePrivileged: cmd.Bool("preserve-privileged")}
+			if priv.PreservePrivileged && format == "patch" {
+				return fmt.Errorf("export --preserve-privileged: not with --format patch: %w", errdefs.ErrInvalidArgument)
+			}
 			switch {
 			case format == "dir":
-				return a.exportDir(ctx, fabric.ExportRequest{ID: id, To: to, Artifact: artifact, Provenance: prov}, a.callOptions(cmd))
+				return a.exportDir(ctx, fabric.ExportRequest{ID: id, To: to, Artifact: artifact, Provenance: prov,
+					PreservePrivileged: priv.PreservePrivileged}, a.callOptions(cmd))
 			case to == "-":
-				return a.exportStdout(ctx, id, info, prov)
+				return a.exportStdout(ctx, id, info, prov, priv)
 			default:
-				return a.exportFile(ctx, id, to, info, prov)
+				return a.exportFile(ctx, id, to, info, prov, priv)
 			}
 		}),
 	}
@@ -212,10 +222,26 @@ func (a *app) exportDir(ctx context.Context, req fabric.ExportRequest, opt api.C
 	}
 	fmt.Fprintf(a.stdout, "exported %s to %s: %d files, %s; provenance %s\n",
 		res.RootID, abs, res.Files, humanBytes(res.Bytes), res.Provenance)
+	a.reportDropped(&res.Dropped)
 	return nil
 }
 
-func (a *app) exportStdout(ctx context.Context, id string, info fabric.ExportInfo, prov string) error {
+// reportDropped tells the user on stderr what an export left out because
+// it could give privilege on the host (JSON output carries it as
+// "dropped").
+func (a *app) reportDropped(d *export.Dropped) {
+	if d == nil || !d.Any() {
+		return
+	}
+	more := ""
+	if n := d.SetID + d.Xattrs + d.Devices; int64(len(d.Paths)) < n && len(d.Paths) == export.MaxDroppedPaths {
+		more = ", ..."
+	}
+	fmt.Fprintf(a.stderr, "dropped %s (--preserve-privileged keeps them): %s%s\n",
+		d.String(), strings.Join(d.Paths, ", "), more)
+}
+
+func (a *app) exportStdout(ctx context.Context, id string, info fabric.ExportInfo, prov string, priv fabric.ExportOptions) error {
 	if f, ok := a.stdout.(*os.File); ok && a.isTTY(f) {
 		return fmt.Errorf("export --to -: stdout is a terminal, redirect it: %w", errdefs.ErrInvalidArgument)
 	}
@@ -224,7 +250,10 @@ func (a *app) exportStdout(ctx context.Context, id string, info fabric.ExportInf
 	if info.Format == "patch" {
 		_, err = a.client.Patch(ctx, info.Base, id, a.stdout)
 	} else {
-		_, err = a.client.ExportTar(ctx, id, a.stdout)
+		var res *api.ExportTarResult
+		if res, err = a.client.ExportTar(ctx, id, a.stdout, priv); err == nil {
+			a.reportDropped(res.Dropped)
+		}
 	}
 	if err != nil || prov == "" {
 		return err
@@ -242,9 +271,12 @@ type fileExport struct {
 	FileBytes int64  `json:"file_bytes"` // what was written to the file
 	// Provenance is where the record of the export was written.
 	Provenance string `json:"provenance"`
+	// Dropped is what a tar left out because it could give privilege on
+	// the host (absent for a patch).
+	Dropped *export.Dropped `json:"dropped,omitempty"`
 }
 
-func (a *app) exportFile(ctx context.Context, id, to string, info fabric.ExportInfo, prov string) (err error) {
+func (a *app) exportFile(ctx context.Context, id, to string, info fabric.ExportInfo, prov string, priv fabric.ExportOptions) (err error) {
 	abs, err := filepath.Abs(to)
 	if err != nil {
 		return fmt.Errorf("export --to %s: %v: %w", to, err, errdefs.ErrInvalidArgument)
@@ -288,7 +320,7 @@ func (a *app) exportFile(ctx context.Context, id, to string, info fabric.ExportI
 	if format == "patch" {
 		res, err = a.client.Patch(ctx, info.Base, id, io.MultiWriter(w, bar))
 	} else {
-		res, err = a.client.ExportTar(ctx, id, io.MultiWriter(w, bar))
+		res, err = a.client.ExportTar(ctx, id, io.MultiWriter(w, bar), priv)
 	}
 	bar.Finish()
 	if err != nil {
@@ -323,12 +355,13 @@ func (a *app) exportFile(ctx context.Context, id, to string, info fabric.ExportI
 	if err := a.writeProvenance(ctx, id, info, prov); err != nil {
 		return err
 	}
-	out := fileExport{RootID: res.RootID, To: abs, Format: format, TarBytes: res.Bytes, FileBytes: file.n, Provenance: prov}
+	out := fileExport{RootID: res.RootID, To: abs, Format: format, TarBytes: res.Bytes, FileBytes: file.n, Provenance: prov, Dropped: res.Dropped}
 	if a.json {
 		return a.printJSON(out)
 	}
 	fmt.Fprintf(a.stdout, "exported %s to %s (%s %s, %s written); provenance %s\n",
 		out.RootID, out.To, humanBytes(out.TarBytes), info.Format, humanBytes(out.FileBytes), prov)
+	a.reportDropped(res.Dropped)
 	return nil
 }
 
