@@ -345,3 +345,89 @@ func unescapeMountPath(s string) string {
 	}
 	return b.String()
 }
+
+// TestBoundary_StateDirPrivate: a state dir created 0755 (with a readable
+// file already in it) is made private at start, so an unprivileged user
+// reads nothing of it: no journal, no store object, no key, not even a
+// listing. And esfctl umount refuses the daemon's own mounts.
+func TestBoundary_StateDirPrivate(t *testing.T) {
+	requireFUSE(t)
+	state := filepath.Join(hostDir(t), "state")
+	if err := os.MkdirAll(filepath.Join(state, "journal"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{state, filepath.Join(state, "journal")} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	planted := filepath.Join(state, "journal", "planted")
+	if err := os.WriteFile(planted, []byte("secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := asNobody("/bin/cat", planted); err != nil {
+		t.Fatalf("control: nobody cannot read the planted file before the daemon starts: %v %s", err, out)
+	}
+	src := filepath.Join(hostDir(t), "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(src, "secret.txt"), "content only the daemon may read\n")
+	d := startDaemonWith(t, state)
+	g := createGroup(t, d, src)
+	a := activate(t, d, g.Node.NodeID)
+	writeFile(t, filepath.Join(a.Root, "more.txt"), "attempt data\n")
+	suspend(t, d, a.AttemptID)
+
+	var st unix.Stat_t
+	if err := unix.Stat(state, &st); err != nil || st.Mode&0o7777 != 0o700 {
+		t.Errorf("state dir mode %o (%v), want 0700", st.Mode&0o7777, err)
+	}
+	if err := unix.Stat(planted, &st); err != nil || st.Mode&0o077 != 0 {
+		t.Errorf("pre-existing file mode %o (%v), want no group or other bits", st.Mode&0o7777, err)
+	}
+	// Every regular file and directory of the state, as nobody: nothing
+	// opens, and the state dir does not list.
+	if out, err := asNobody("/bin/ls", state); err == nil {
+		t.Errorf("nobody lists the state dir:\n%s", out)
+	}
+	var files []string
+	filepath.WalkDir(state, func(p string, e os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if e.IsDir() && p != state && mounted(p) {
+			return filepath.SkipDir // a view, not state
+		}
+		if e.Type().IsRegular() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if len(files) < 5 {
+		t.Fatalf("only %d files in the state dir: %v", len(files), files)
+	}
+	for _, p := range files {
+		if out, err := asNobody("/bin/cat", p); err == nil {
+			t.Errorf("nobody read %s: %q", p, out)
+		}
+	}
+
+	// umount refuses the projection and attempt roots with a stable code,
+	// through a symlink too, and leaves them mounted.
+	link := filepath.Join(hostDir(t), "link")
+	if err := os.Symlink(filepath.Join(state, "mnt"), link); err != nil {
+		t.Fatal(err)
+	}
+	b := activate(t, d, g.Node.NodeID)
+	for _, dir := range []string{filepath.Join(state, "mnt"), link, b.Root} {
+		r := d.ctl(nil, "-o", "json", "umount", dir)
+		if r.code != 2 {
+			t.Errorf("umount %s: exit %d, want 2: %s", dir, r.code, r.stderr)
+		}
+		jsonErr(t, r, "invalid_argument")
+	}
+	if !mounted(filepath.Join(state, "mnt")) || !mounted(b.Root) {
+		t.Errorf("umount of esf's own mounts unmounted them")
+	}
+}

@@ -200,6 +200,10 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		lock.Close()
 		return nil, err
 	}
+	// Private whatever modes it was created with (see statedir.go).
+	if err := makePrivate(stateDir); err != nil {
+		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+	}
 	// Whatever is in tmp was left by a previous holder of the lock (imports
 	// stage there); nobody else uses it.
 	if err := os.RemoveAll(f.tmpDir); err != nil {

@@ -81,11 +81,15 @@ type UmountRequest struct {
 }
 
 // Umount releases the attempt whose root is req.Dir, or removes the
-// read-only bind there.
+// read-only bind there. The daemon's own mounts (anything in the state
+// dir: the projection, attempts' private roots) are invalid_argument.
 func (f *Fabric) Umount(ctx context.Context, req UmountRequest) (MountResult, error) {
 	dir, err := filepath.Abs(req.Dir)
 	if err != nil {
 		return MountResult{}, err
+	}
+	if what, own := f.ownMount(dir); own {
+		return MountResult{}, errOwnMount(dir, what)
 	}
 	var attemptID string
 	err = f.journal.View(ctx, func(r journal.Reader) error {

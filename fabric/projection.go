@@ -58,7 +58,7 @@ func (p *projection) Ensure(ctx context.Context) error {
 		return nil
 	}
 	if len(p.command) == 0 {
-		if err := os.MkdirAll(p.mnt, 0o755); err != nil {
+		if err := os.MkdirAll(p.mnt, 0o700); err != nil {
 			return err
 		}
 		fsys, err := fusefs.New(fusefs.Options{Store: p.store, Logger: p.log})
