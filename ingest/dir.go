@@ -76,6 +76,9 @@ func importDir(ctx context.Context, st Store, root string, base cas.ID, overlay 
 	d.prog.done()
 	id, err := d.obj.finish(ctx, b, &s)
 	if err != nil {
+		if overlay {
+			path = "/" // the sandbox's root, never the host's upper dir
+		}
 		return Result{}, fmt.Errorf("%s %s: %w", kind, path, err)
 	}
 	logDone(opts.Logger, kind, path, id, &s)
@@ -87,6 +90,17 @@ func importDir(ctx context.Context, st Store, root string, base cas.ID, overlay 
 // goroutine alone stages results into the Builder, which is not safe for
 // concurrent use. Entries arrive in any order: Builder.Put creates missing
 // parents and a later Put of the directory itself only sets its attributes.
+//
+// Every entry below the root is reached relative to a descriptor of its
+// parent directory (openat, fstatat, readlinkat; xattrs through
+// /proc/self/fd/N/name), never by its full path: a tree may be deeper than
+// PATH_MAX from the host's side (an attempt's upper dir is a sandbox root
+// that already sits deep in the host) and must import all the same. A
+// directory stays open while the walker lists it, while one of its
+// subdirectories waits on the walker's stack, and while a job for one of
+// its entries waits for a worker (dirRef counts them), so open descriptors
+// grow with the depth of the tree plus the jobs in flight, not with its
+// size.
 type dirImport struct {
 	root string
 	st   Store
@@ -109,7 +123,53 @@ type dirImport struct {
 type dirJob struct {
 	rel string // slash-separated path below the root; "" is the root
 	dir bool   // what readdir reported; the walker descends into it
+	// parent holds the directory the entry name is in, nil for the root
+	// (reached by its path). The job owns one reference.
+	parent *dirRef
+	name   string
 }
+
+// at is the entry as a directory descriptor and a name for the *at calls.
+func (j *dirJob) at(d *dirImport) (int, string) {
+	if j.parent == nil {
+		return unix.AT_FDCWD, d.root
+	}
+	return j.parent.fd, j.name
+}
+
+// done drops the job's reference to its parent directory.
+func (j *dirJob) done() {
+	if j.parent != nil {
+		j.parent.release()
+		j.parent = nil
+	}
+}
+
+// dirRef is a directory descriptor shared by the walker and the jobs of
+// the directory's entries; the last release closes it.
+type dirRef struct {
+	fd   int
+	refs atomic.Int64
+}
+
+func newDirRef(fd int) *dirRef {
+	r := &dirRef{fd: fd}
+	r.refs.Store(1)
+	return r
+}
+
+func (r *dirRef) acquire() *dirRef {
+	r.refs.Add(1)
+	return r
+}
+
+func (r *dirRef) release() {
+	if r.refs.Add(-1) == 0 {
+		unix.Close(r.fd)
+	}
+}
+
+const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 
 type dirResult struct {
 	rel   string
@@ -130,6 +190,35 @@ func (d *dirImport) abs(rel string) string {
 		return d.root
 	}
 	return d.root + "/" + rel
+}
+
+// show names rel in errors and logs: for a seal, the path the sandbox
+// sees ("/a/b"), never the host's upper dir; for an import, the host path.
+func (d *dirImport) show(rel string) string {
+	if d.overlay {
+		return "/" + rel
+	}
+	return d.abs(rel)
+}
+
+// procFD says whether /proc/self/fd resolves, for the xattr calls that
+// have no *at form.
+var procFD = sync.OnceValue(func() bool {
+	var st unix.Stat_t
+	return unix.Stat("/proc/self/fd", &st) == nil
+})
+
+// xattrPath names an entry for the l*xattr calls without its full path:
+// the kernel resolves the magic link of the parent's descriptor, then the
+// one name, and does not follow a final symlink.
+func (d *dirImport) xattrPath(j *dirJob) string {
+	if j.parent == nil {
+		return d.root
+	}
+	if !procFD() {
+		return d.abs(j.rel) // fails past PATH_MAX, as before
+	}
+	return "/proc/self/fd/" + strconv.Itoa(j.parent.fd) + "/" + j.name
 }
 
 func (d *dirImport) run(ctx context.Context, b *cas.Builder) (Stats, error) {
@@ -157,6 +246,12 @@ func (d *dirImport) run(ctx context.Context, b *cas.Builder) (Stats, error) {
 		wg.Wait()
 		close(results)
 	}()
+	// Jobs no worker took (after a failure) still hold their directories.
+	defer func() {
+		for j := range jobs {
+			j.done()
+		}
+	}()
 
 	var s Stats
 	firsts := map[string]cas.Entry{}
@@ -177,7 +272,7 @@ func (d *dirImport) run(ctx context.Context, b *cas.Builder) (Stats, error) {
 			pending = append(pending, r)
 		default:
 			if err := b.Put(ctx, r.rel, r.entry, r.key); err != nil {
-				cancel(fmt.Errorf("import %s: %w", d.abs(r.rel), err))
+				cancel(fmt.Errorf("import %s: %w", d.show(r.rel), err))
 				continue
 			}
 			s.count(r.entry.Type)
@@ -196,10 +291,10 @@ func (d *dirImport) run(ctx context.Context, b *cas.Builder) (Stats, error) {
 	for _, a := range aliases {
 		e, ok := firsts[a.key]
 		if !ok {
-			return Stats{}, fmt.Errorf("import %s: hard link %s lost its first name", d.abs(a.rel), a.key)
+			return Stats{}, fmt.Errorf("import %s: hard link %s lost its first name", d.show(a.rel), a.key)
 		}
 		if err := b.Put(ctx, a.rel, e, a.key); err != nil {
-			return Stats{}, fmt.Errorf("import %s: %w", d.abs(a.rel), err)
+			return Stats{}, fmt.Errorf("import %s: %w", d.show(a.rel), err)
 		}
 		s.Files++
 	}
@@ -208,36 +303,64 @@ func (d *dirImport) run(ctx context.Context, b *cas.Builder) (Stats, error) {
 }
 
 // walk lists directories depth first and queues every entry, the root
-// first. It holds one directory open at a time.
+// first, each with a reference to its open parent directory.
 func (d *dirImport) walk(ctx context.Context, jobs chan<- dirJob) error {
 	send := func(j dirJob) error {
 		select {
 		case jobs <- j:
 			return nil
 		case <-ctx.Done():
+			j.done()
 			return context.Cause(ctx)
 		}
 	}
 	if err := send(dirJob{rel: "", dir: true}); err != nil {
 		return err
 	}
-	stack := []string{""}
+	fd, err := unix.Open(d.root, dirFlags, 0)
+	if err != nil {
+		return walkError("read directory", d.show(""), err)
+	}
+	// A directory still to list: its parent's reference and its name.
+	type todo struct {
+		parent    *dirRef
+		name, rel string
+	}
+	root := newDirRef(fd)
+	stack := []todo{{rel: ""}}
+	defer func() {
+		for _, t := range stack {
+			if t.parent != nil {
+				t.parent.release()
+			}
+		}
+	}()
 	for len(stack) > 0 {
-		rel := stack[len(stack)-1]
+		t := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		err := d.readDir(rel, func(name string, dir bool) error {
+		dir := root
+		if t.parent != nil {
+			cfd, err := unix.Openat(t.parent.fd, t.name, dirFlags, 0)
+			t.parent.release()
+			if err != nil {
+				return walkError("read directory", d.show(t.rel), err)
+			}
+			dir = newDirRef(cfd)
+		}
+		err := d.readDir(dir, t.rel, func(name string, isDir bool) error {
 			child := name
-			if rel != "" {
-				child = rel + "/" + name
+			if t.rel != "" {
+				child = t.rel + "/" + name
 			}
 			if d.excluded(child) {
 				return nil
 			}
-			if dir {
-				stack = append(stack, child)
+			if isDir {
+				stack = append(stack, todo{parent: dir.acquire(), name: name, rel: child})
 			}
-			return send(dirJob{rel: child, dir: dir})
+			return send(dirJob{rel: child, dir: isDir, parent: dir.acquire(), name: name})
 		})
+		dir.release()
 		if err != nil {
 			return err
 		}
@@ -255,9 +378,11 @@ func (d *dirImport) excluded(rel string) bool {
 	return false
 }
 
-func (d *dirImport) readDir(rel string, fn func(name string, dir bool) error) error {
-	p := d.abs(rel)
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// readDir lists the directory dir (rel) through a fresh open file
+// description, so dir's descriptor keeps its offset for the *at calls.
+func (d *dirImport) readDir(dir *dirRef, rel string, fn func(name string, dir bool) error) error {
+	p := d.show(rel)
+	fd, err := unix.Openat(dir.fd, ".", dirFlags, 0)
 	if err != nil {
 		return walkError("read directory", p, err)
 	}
@@ -338,10 +463,12 @@ func (d *dirImport) claim(key string) bool {
 }
 
 func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirResult, error) {
-	p := d.abs(j.rel)
+	defer j.done()
+	dirfd, name := j.at(d)
+	p := d.show(j.rel)
 	r := dirResult{rel: j.rel}
 	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
+	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return r, walkError("import", p, err)
 	}
 	typ := st.Mode & unix.S_IFMT
@@ -375,7 +502,7 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 		GID:     st.Gid,
 		MtimeNs: timeNs(st.Mtim.Sec, st.Mtim.Nsec),
 	}
-	xs, err := readXattrs(p)
+	xs, err := readXattrs(d.xattrPath(&j), p)
 	if err != nil {
 		return r, fmt.Errorf("import: %w", err)
 	}
@@ -388,14 +515,14 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 		e.Type = cas.TypeDir
 	case unix.S_IFREG:
 		e.Type = cas.TypeFile
-		e.ID, e.Size, e.Holes, err = d.file(ctx, p, &st, buf.get())
+		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, p, &st, buf.get())
 		if err != nil {
 			return r, err
 		}
 		r.bytes = e.Size
 	case unix.S_IFLNK:
 		e.Type = cas.TypeSymlink
-		if e.Target, err = os.Readlink(p); err != nil {
+		if e.Target, err = readlinkAt(dirfd, name, st.Size); err != nil {
 			return r, walkError("import", p, err)
 		}
 		// Linux ignores a symlink's mode and always shows 0777; tar
@@ -425,10 +552,12 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 // drops its temp copy, unpublished, if the content turns out stored. A
 // wrong guess costs a second hashing pass, or a discarded temp file. Memory
 // stays at one buffer per worker (plus the store's pipeline) either way.
-func (d *dirImport) file(ctx context.Context, p string, st *unix.Stat_t, buf []byte) (cas.ID, int64, []cas.Hole, error) {
+//
+// The file is name in dirfd; p names it in errors and logs.
+func (d *dirImport) file(ctx context.Context, dirfd int, name, p string, st *unix.Stat_t, buf []byte) (cas.ID, int64, []cas.Hole, error) {
 	// O_NONBLOCK: should p have been swapped for a fifo since the lstat,
 	// the open must not hang (the fstat check below then fails).
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return cas.ZeroID, 0, nil, walkError("import", p, err)
 	}
@@ -529,6 +658,26 @@ func (d *dirImport) streamFile(ctx context.Context, p string, st *unix.Stat_t, f
 	}
 	d.checkSize(p, st, info.Size)
 	return info.ID, info.Size, nil
+}
+
+// readlinkAt reads the target of the symlink name in dirfd, whose lstat
+// size was size (a hint: some filesystems report 0).
+func readlinkAt(dirfd int, name string, size int64) (string, error) {
+	n := int(size) + 1
+	if n < 256 {
+		n = 256
+	}
+	for {
+		b := make([]byte, n)
+		m, err := unix.Readlinkat(dirfd, name, b)
+		if err != nil {
+			return "", err
+		}
+		if m < n || n >= 1<<16 {
+			return string(b[:m]), nil
+		}
+		n *= 4 // it may have been truncated
+	}
 }
 
 // progressReader reports what it reads to prog.

@@ -35,10 +35,10 @@ func Upper(ctx context.Context, st Store, base cas.ID, upper string, opts Option
 	}
 	var rst unix.Stat_t
 	if err := unix.Lstat(root, &rst); err != nil {
-		return Result{}, fsError("seal", upper, err)
+		return Result{}, fsError("seal", "/", err) // the host's upper dir is no one's business
 	}
 	if rst.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return Result{}, fmt.Errorf("seal %s: not a directory: %w", upper, cas.ErrInvalidArgument)
+		return Result{}, fmt.Errorf("seal /: the upper directory is not a directory: %w", cas.ErrInvalidArgument)
 	}
 	return importDir(ctx, st, root, base, true, "upper", upper, opts)
 }
@@ -78,16 +78,16 @@ func (d *dirImport) stageOverlay(ctx context.Context, b *cas.Builder, pending []
 	for _, r := range pending {
 		if r.whiteout {
 			if err := b.Delete(ctx, r.rel); err != nil {
-				return fmt.Errorf("seal %s: whiteout: %w", d.abs(r.rel), err)
+				return fmt.Errorf("seal %s: whiteout: %w", d.show(r.rel), err)
 			}
 			continue
 		}
 		if err := b.Put(ctx, r.rel, r.entry, r.key); err != nil {
-			return fmt.Errorf("seal %s: %w", d.abs(r.rel), err)
+			return fmt.Errorf("seal %s: %w", d.show(r.rel), err)
 		}
 		if r.opaque {
 			if err := b.Clear(ctx, r.rel); err != nil {
-				return fmt.Errorf("seal %s: opaque: %w", d.abs(r.rel), err)
+				return fmt.Errorf("seal %s: opaque: %w", d.show(r.rel), err)
 			}
 		}
 		s.count(r.entry.Type)

@@ -13,8 +13,17 @@ import (
 // readXattrs returns the extended attributes of p itself (never of a
 // symlink's target), sorted by name: every namespace the kernel lists to
 // us, which as root includes trusted.* and the binary system.posix_acl_*
-// values. A filesystem without xattr support has none.
-func readXattrs(p string) ([]cas.Xattr, error) {
+// values. A filesystem without xattr support has none. Errors name show,
+// not p (which may be a /proc/self/fd path).
+func readXattrs(p, show string) ([]cas.Xattr, error) {
+	xs, err := readXattrsOf(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", show, err)
+	}
+	return xs, nil
+}
+
+func readXattrsOf(p string) ([]cas.Xattr, error) {
 	list, err := llistxattr(p)
 	if err != nil || len(list) == 0 {
 		return nil, err
@@ -44,7 +53,7 @@ func llistxattr(p string) ([]byte, error) {
 			if errors.Is(err, unix.ENOTSUP) {
 				return nil, nil
 			}
-			return nil, fmt.Errorf("list xattrs of %s: %w", p, err)
+			return nil, fmt.Errorf("list xattrs: %w", err)
 		}
 		if sz == 0 {
 			return nil, nil
@@ -55,11 +64,11 @@ func llistxattr(p string) ([]byte, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list xattrs of %s: %w", p, err)
+			return nil, fmt.Errorf("list xattrs: %w", err)
 		}
 		return b[:n], nil
 	}
-	return nil, fmt.Errorf("list xattrs of %s: keeps changing: %w", p, unix.ERANGE)
+	return nil, fmt.Errorf("list xattrs: keeps changing: %w", unix.ERANGE)
 }
 
 // lgetxattr reads one value; ok is false when the attribute vanished
@@ -71,7 +80,7 @@ func lgetxattr(p, name string) (v []byte, ok bool, err error) {
 			return nil, false, nil
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("get xattr %s of %s: %w", name, p, err)
+			return nil, false, fmt.Errorf("get xattr %s: %w", name, err)
 		}
 		if sz == 0 {
 			return nil, true, nil
@@ -84,9 +93,9 @@ func lgetxattr(p, name string) (v []byte, ok bool, err error) {
 		case errors.Is(err, unix.ENODATA):
 			return nil, false, nil
 		case err != nil:
-			return nil, false, fmt.Errorf("get xattr %s of %s: %w", name, p, err)
+			return nil, false, fmt.Errorf("get xattr %s: %w", name, err)
 		}
 		return b[:n], true, nil
 	}
-	return nil, false, fmt.Errorf("get xattr %s of %s: keeps changing: %w", name, p, unix.ERANGE)
+	return nil, false, fmt.Errorf("get xattr %s: keeps changing: %w", name, unix.ERANGE)
 }
