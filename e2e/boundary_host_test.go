@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -13,8 +14,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/cas"
 )
 
 // The host side of issue 15: what a sandbox leaves in a sealed tree must
@@ -429,5 +433,76 @@ func TestBoundary_StateDirPrivate(t *testing.T) {
 	}
 	if !mounted(filepath.Join(state, "mnt")) || !mounted(b.Root) {
 		t.Errorf("umount of esf's own mounts unmounted them")
+	}
+}
+
+// TestBoundary_FlippedByteAfterFirstReadIsEIO: a blob read once (and
+// verified) through the projection, then damaged in the store, is never
+// served again: the next read through a read-only view, through the
+// attempt that read it first and through a new attempt is EIO, and the
+// daemon logs a cas.corrupt event naming the blob and counts it.
+func TestBoundary_FlippedByteAfterFirstReadIsEIO(t *testing.T) {
+	requireFUSE(t)
+	content := "verified once, then damaged: " + strings.Repeat("x", 5000) + "\n"
+	src := filepath.Join(hostDir(t), "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(src, "data.txt"), content)
+	d := startDaemon(t)
+	g := createGroup(t, d, src)
+	ro := filepath.Join(hostDir(t), "ro")
+	if err := os.Mkdir(ro, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.mustCtl(nil, "mount", g.Node.NodeID, ro)
+	t.Cleanup(func() { d.ctl(nil, "umount", ro) })
+	old := activate(t, d, g.Node.NodeID)
+	for _, dir := range []string{ro, old.Root} {
+		if got := readFile(t, filepath.Join(dir, "data.txt")); got != content {
+			t.Fatalf("first read through %s: %d bytes", dir, len(got))
+		}
+	}
+
+	blob := cas.Sum([]byte(content))
+	obj := objectFile(t, d, blob)
+	f, err := os.OpenFile(obj, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("X"), 100); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	fresh := activate(t, d, g.Node.NodeID)
+	for _, dir := range []string{ro, old.Root, fresh.Root} {
+		b, err := os.ReadFile(filepath.Join(dir, "data.txt"))
+		if !errors.Is(err, syscall.EIO) {
+			t.Errorf("read through %s after the damage: %d bytes, err %v; want EIO", dir, len(b), err)
+		}
+	}
+
+	// The event, once the daemon has read what the projection recorded.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := d.mustCtl(nil, "events", "--type", "cas.corrupt")
+		if strings.Contains(r.stdout, `"blob_id":"`+blob.String()+`"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no cas.corrupt event for %s after 30s:\n%s", blob, r.stdout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stats, err := os.ReadFile(filepath.Join(d.state, "mnt", ".stats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct {
+		CorruptBlobs int64 `json:"corrupt_blobs"`
+	}
+	if err := json.Unmarshal(stats, &s); err != nil || s.CorruptBlobs < 1 {
+		t.Errorf("projection stats %s: corrupt_blobs %d (%v)", stats, s.CorruptBlobs, err)
 	}
 }

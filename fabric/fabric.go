@@ -17,6 +17,7 @@ import (
 	"github.com/esf-dev/esf/cas/local"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/executor"
+	"github.com/esf-dev/esf/fusefs"
 	"github.com/esf-dev/esf/gc"
 	"github.com/esf-dev/esf/journal"
 	journalpebble "github.com/esf-dev/esf/journal/pebble"
@@ -114,7 +115,13 @@ type Fabric struct {
 	stateDir string
 	tmpDir   string
 
-	lock  *os.File     // flock on <state>/lock, held until Close
+	lock *os.File // flock on <state>/lock, held until Close
+
+	// corruptOff is how far ReportCorrupt has read the projection's
+	// corrupt blob log.
+	corruptMu  sync.Mutex
+	corruptOff int64
+
 	local *local.Store // the disk store, for paths (FUSE passthrough, fsck repair)
 	// counting keeps the object tally of Status; store, the GC tracker
 	// around it, is what every operation reads and writes through.
@@ -237,6 +244,12 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	f.projection = &projection{
 		mnt: filepath.Join(stateDir, "mnt"), command: opts.ProjectionCommand, store: f.local, log: f.log,
 		logFile: filepath.Join(stateDir, "fuse-server.log"), pidFile: filepath.Join(stateDir, "fuse-server.pid"),
+		corruptLog: filepath.Join(stateDir, fusefs.CorruptLogName),
+	}
+	// What was recorded before this daemon started was reported by the
+	// daemon running then (or logged by the server if none was).
+	if fi, err := os.Stat(f.projection.corruptLog); err == nil {
+		f.corruptOff = fi.Size()
 	}
 
 	f.reap = make(chan string, reapQueue)

@@ -30,6 +30,9 @@ type projection struct {
 	log     *slog.Logger
 	logFile string
 	pidFile string
+	// corruptLog is where the server records corrupt blobs (see
+	// Fabric.ReportCorrupt).
+	corruptLog string
 
 	mu     sync.Mutex
 	proc   *fusefs.Process
@@ -61,7 +64,8 @@ func (p *projection) Ensure(ctx context.Context) error {
 		if err := os.MkdirAll(p.mnt, 0o700); err != nil {
 			return err
 		}
-		fsys, err := fusefs.New(fusefs.Options{Store: p.store, Logger: p.log})
+		fsys, err := fusefs.New(fusefs.Options{Store: p.store, Logger: p.log,
+			OnCorrupt: fusefs.AppendCorruptLog(p.corruptLog, p.log)})
 		if err != nil {
 			return err
 		}

@@ -25,8 +25,18 @@
 // Content: when the store can name a local file for a blob (PathStore), an
 // open hands the kernel that file as a passthrough backing fd (Linux >= 6.9,
 // root), so reads bypass this process; otherwise reads are served with pread.
-// A blob is verified against its id once per process, on its first open,
-// before any byte is served: a corrupted object fails the open with EIO.
+// A blob is verified against its id before an open serves it, whenever its
+// content may come from disk into the cache it is served from: on the
+// first open, when the blob file changed since it was last hashed (device,
+// inode, size, mtime, ctime), and when not all of it is in the page cache
+// (cachestat(2)). A wholly cached, unchanged file holds what was hashed.
+// A blob that does not match fails the open with EIO, is counted
+// (Counters.CorruptBlobs, the daemon's esf_cas_corrupt_blobs_total) and
+// reported to Options.OnCorrupt (the daemon's cas.corrupt event): damage is
+// never content. What passthrough cannot offer: a descriptor already open
+// reads the file directly, so damage after an open reaches that open's
+// reads until the next open (a store without file paths is hashed through
+// Get on every open).
 //
 // Fidelity: a projected file shows what the same file shows on a disk
 // filesystem. Modes are shown as stored, 0000 included (go-fuse's

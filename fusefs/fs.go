@@ -38,6 +38,10 @@ type Options struct {
 	NoPassthrough bool
 	// Debug logs every FUSE request.
 	Debug bool
+	// OnCorrupt, if set, is called (on a request's goroutine) with every
+	// blob whose content was found not to match its id; the open that
+	// found it fails with EIO.
+	OnCorrupt func(id cas.ID)
 }
 
 func (o *Options) validate() error {
@@ -57,6 +61,9 @@ func (o *Options) validate() error {
 // laziness.
 type Counters struct {
 	Lookups, Readdirs, Opens, TreeReads, BlobVerifies atomic.Int64
+	// CorruptBlobs counts opens refused because a blob did not match its
+	// id.
+	CorruptBlobs atomic.Int64
 	// Reads counts reads served by this process: zero for files the kernel
 	// reads through passthrough.
 	Reads atomic.Int64
@@ -70,8 +77,8 @@ type FS struct {
 	Counters Counters
 
 	mu           sync.Mutex
-	verified     map[cas.ID]bool
-	holesChecked map[string]bool // see checkHoles
+	verified     map[cas.ID]fileKey // the blob file as last hashed good
+	holesChecked map[string]bool    // see checkHoles
 }
 
 // New returns the root node of a projection over opts.Store.
@@ -79,7 +86,7 @@ func New(opts Options) (*FS, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	f := &FS{opts: opts, verified: map[cas.ID]bool{}, holesChecked: map[string]bool{}}
+	f := &FS{opts: opts, verified: map[cas.ID]fileKey{}, holesChecked: map[string]bool{}}
 	if ps, ok := opts.Store.(PathStore); ok && !opts.NoPassthrough {
 		f.paths = ps
 	}
@@ -189,12 +196,14 @@ type Snapshot struct {
 	TreeReads    int64 `json:"tree_reads"`
 	BlobVerifies int64 `json:"blob_verifies"`
 	Reads        int64 `json:"reads"`
+	CorruptBlobs int64 `json:"corrupt_blobs"`
 }
 
 // Snapshot reads the counters.
 func (c *Counters) Snapshot() Snapshot {
 	return Snapshot{Lookups: c.Lookups.Load(), Readdirs: c.Readdirs.Load(), Opens: c.Opens.Load(),
-		TreeReads: c.TreeReads.Load(), BlobVerifies: c.BlobVerifies.Load(), Reads: c.Reads.Load()}
+		TreeReads: c.TreeReads.Load(), BlobVerifies: c.BlobVerifies.Load(), Reads: c.Reads.Load(),
+		CorruptBlobs: c.CorruptBlobs.Load()}
 }
 
 // statsFile serves Snapshot as JSON; direct I/O so every read is fresh.

@@ -3,7 +3,9 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -309,7 +311,8 @@ func (n *leafNode) Listxattr(_ context.Context, dest []byte) (uint32, syscall.Er
 }
 
 // Open serves a file's blob. Writes are refused (the mount is read-only in
-// the kernel as well). The first open of a blob in this process verifies it.
+// the kernel as well). Every open checks the blob (see verifyFD and
+// verify) before anything of it is served.
 func (n *leafNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.fsys.Counters.Opens.Add(1)
 	if flags&(syscall.O_WRONLY|syscall.O_RDWR|syscall.O_TRUNC|syscall.O_APPEND) != 0 {
@@ -318,18 +321,28 @@ func (n *leafNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if n.entry.Type != cas.TypeFile {
 		return nil, 0, syscall.EINVAL
 	}
+	if n.fsys.paths != nil {
+		// Open first and verify what this very descriptor reads, so the
+		// file handed to the kernel is the one checked.
+		fd, err := syscall.Open(n.fsys.paths.Path(n.entry.ID), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, 0, toErrno(err)
+		}
+		if errno := n.fsys.verifyFD(ctx, n.entry.ID, fd); errno != 0 {
+			syscall.Close(fd)
+			return nil, 0, errno
+		}
+		if errno := n.fsys.checkHoles(ctx, &n.entry); errno != 0 {
+			syscall.Close(fd)
+			return nil, 0, errno
+		}
+		return &fdHandle{fsys: n.fsys, fd: fd}, fuse.FOPEN_KEEP_CACHE, 0
+	}
 	if errno := n.fsys.verify(ctx, n.entry.ID); errno != 0 {
 		return nil, 0, errno
 	}
 	if errno := n.fsys.checkHoles(ctx, &n.entry); errno != 0 {
 		return nil, 0, errno
-	}
-	if n.fsys.paths != nil {
-		fd, err := syscall.Open(n.fsys.paths.Path(n.entry.ID), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, 0, toErrno(err)
-		}
-		return &fdHandle{fsys: n.fsys, fd: fd}, fuse.FOPEN_KEEP_CACHE, 0
 	}
 	return &streamHandle{fsys: n.fsys, id: n.entry.ID}, fuse.FOPEN_KEEP_CACHE, 0
 }
@@ -337,14 +350,9 @@ func (n *leafNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 // verifyBuffer is the read size of a blob's verification.
 const verifyBuffer = 256 << 10
 
-// verify hashes a blob once per process before anything serves it.
+// verify hashes a blob from a store that cannot name its files, on every
+// open: each Get may come from disk (or further).
 func (f *FS) verify(ctx context.Context, id cas.ID) syscall.Errno {
-	f.mu.Lock()
-	ok := f.verified[id]
-	f.mu.Unlock()
-	if ok {
-		return 0
-	}
 	f.Counters.BlobVerifies.Add(1)
 	// Not cancellable, like a tree read (see dirNode.ensure): an open
 	// interrupted by a signal would fail with EINTR, which open(2) callers
@@ -357,13 +365,101 @@ func (f *FS) verify(ctx context.Context, id cas.ID) syscall.Errno {
 		rc.Close()
 	}
 	if err != nil {
-		f.opts.Logger.Error("verify blob", "blob", id.String(), "err", err)
+		f.corrupt(id, err)
 		return toErrno(err)
 	}
+	return 0
+}
+
+// fileKey identifies one state of a blob file: any write to it, a
+// replacement or a truncation changes it (ctime cannot be set back).
+type fileKey struct {
+	dev, ino   uint64
+	size       int64
+	mtim, ctim syscall.Timespec
+}
+
+// verifyFD checks the blob file fd against id before the kernel is handed
+// it. The blob is hashed whenever its content may come from disk into the
+// page cache the kernel serves it from: when the file changed since the
+// last good hash (fileKey), or when not all of it is in the page cache
+// (cachestat(2); where the kernel lacks it, always). A file that is wholly
+// cached and unchanged since a good hash holds what was hashed. Hashing
+// reads through fd, which also brings the file into the cache, verified.
+//
+// What this cannot see: a descriptor already handed to the kernel reads
+// the file directly (passthrough), so pages evicted and read back while it
+// is open are not re-hashed until the next open.
+func (f *FS) verifyFD(ctx context.Context, id cas.ID, fd int) syscall.Errno {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return toErrno(err)
+	}
+	key := fileKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtim: st.Mtim, ctim: st.Ctim}
 	f.mu.Lock()
-	f.verified[id] = true
+	good, ok := f.verified[id]
+	f.mu.Unlock()
+	if ok && good == key && resident(fd, st.Size) {
+		return 0
+	}
+	f.Counters.BlobVerifies.Add(1)
+	h := cas.NewHasher()
+	buf := make([]byte, verifyBuffer)
+	var off int64
+	for {
+		n, err := syscall.Pread(fd, buf, off)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			f.opts.Logger.Error("verify blob: read", "blob", id.String(), "err", err)
+			return syscall.EIO
+		}
+		if n == 0 {
+			break
+		}
+		h.Write(buf[:n])
+		off += int64(n)
+	}
+	if got := cas.IDFromHash(h); got != id || off != st.Size {
+		f.corrupt(id, fmt.Errorf("blob %s: content hashes to %s (%d bytes): %w", id, got.Short(), off, cas.ErrCorrupt))
+		f.mu.Lock()
+		delete(f.verified, id)
+		f.mu.Unlock()
+		return syscall.EIO
+	}
+	f.mu.Lock()
+	f.verified[id] = key
 	f.mu.Unlock()
 	return 0
+}
+
+// resident reports whether all size bytes of fd are in the page cache.
+func resident(fd int, size int64) bool {
+	if size == 0 {
+		return true
+	}
+	var cs unix.Cachestat_t
+	if err := unix.Cachestat(uint(fd), &unix.CachestatRange{Off: 0, Len: uint64(size)}, &cs, 0); err != nil {
+		return false // unknown: hash
+	}
+	pages := (uint64(size) + uint64(os.Getpagesize()) - 1) / uint64(os.Getpagesize())
+	return cs.Cache >= pages
+}
+
+// corrupt reports damage found in a blob: a log line, the counter the
+// daemon's metrics show, and Options.OnCorrupt (which the daemon turns
+// into a cas.corrupt event). A blob that is merely missing is not damage.
+func (f *FS) corrupt(id cas.ID, err error) {
+	if !errors.Is(err, cas.ErrCorrupt) {
+		f.opts.Logger.Error("verify blob", "blob", id.String(), "err", err)
+		return
+	}
+	f.Counters.CorruptBlobs.Add(1)
+	f.opts.Logger.Error("corrupt blob: refusing to serve it", "blob", id.String(), "err", err)
+	if f.opts.OnCorrupt != nil {
+		f.opts.OnCorrupt(id)
+	}
 }
 
 // fdHandle reads a local blob file; the kernel reads it directly when

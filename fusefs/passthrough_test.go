@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -76,4 +77,69 @@ func kernelAtLeast(major, minor int) bool {
 	var ma, mi int
 	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi)
 	return ma > major || (ma == major && mi >= minor)
+}
+
+// TestFlippedByteAfterFirstOpenIsEIO: a blob opened and verified once, then
+// damaged on disk, fails its next open with EIO, is counted and reported to
+// OnCorrupt; an unchanged, cached blob is not hashed again on every open.
+func TestFlippedByteAfterFirstOpenIsEIO(t *testing.T) {
+	requireFUSE(t)
+	ctx := context.Background()
+	st, err := local.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := strings.Repeat("verified ", 10_000)
+	info, _, err := st.Put(ctx, strings.NewReader(content))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cas.NewBuilder(st, cas.ZeroID)
+	if err := b.Put(ctx, "f", cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o644}, Size: info.Size, ID: info.ID}, ""); err != nil {
+		t.Fatal(err)
+	}
+	root, err := b.Write(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported []cas.ID
+	f, err := New(Options{Store: st, OnCorrupt: func(id cas.ID) { reported = append(reported, id) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := sharedTempDir(t)
+	srv, err := Mount(dir, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Unmount() })
+	p := filepath.Join(dir, "roots", root.String(), "f")
+	for range 3 {
+		if got, err := os.ReadFile(p); err != nil || string(got) != content {
+			t.Fatalf("read: %d bytes, %v", len(got), err)
+		}
+	}
+	if n := f.Counters.BlobVerifies.Load(); n != 1 {
+		t.Logf("an unchanged blob was hashed %d times in 3 opens (not wholly cached?)", n)
+	}
+	w, err := os.OpenFile(st.Path(info.ID), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("V"), 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	for range 2 {
+		if got, err := os.ReadFile(p); !errors.Is(err, unix.EIO) {
+			t.Fatalf("read after the damage: %d bytes, err %v; want EIO", len(got), err)
+		}
+	}
+	if n := f.Counters.CorruptBlobs.Load(); n != 2 {
+		t.Errorf("CorruptBlobs %d, want 2", n)
+	}
+	srv.Unmount() // OnCorrupt ran on the server's goroutines
+	if len(reported) != 2 || reported[0] != info.ID {
+		t.Errorf("OnCorrupt got %v, want %s twice", reported, info.ID.Short())
+	}
 }

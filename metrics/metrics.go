@@ -79,6 +79,10 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
+var corruptDesc = prometheus.NewDesc("esf_cas_corrupt_blobs_total",
+	"Opens the FUSE projection refused (EIO) because a blob no longer matched its id (each is also a cas.corrupt event).",
+	nil, nil)
+
 var fuseDesc = prometheus.NewDesc("esf_fuse_operations_total",
 	"Operations served by the FUSE projection server, by kind (reads: those not passed through to the kernel).",
 	[]string{"op"}, nil)
@@ -86,7 +90,10 @@ var fuseDesc = prometheus.NewDesc("esf_fuse_operations_total",
 // fuseCollector reads the projection's stats file on each scrape.
 type fuseCollector struct{ path func() string }
 
-func (c *fuseCollector) Describe(ch chan<- *prometheus.Desc) { ch <- fuseDesc }
+func (c *fuseCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- fuseDesc
+	ch <- corruptDesc
+}
 
 func (c *fuseCollector) Collect(ch chan<- prometheus.Metric) {
 	raw, err := os.ReadFile(c.path())
@@ -101,4 +108,5 @@ func (c *fuseCollector) Collect(ch chan<- prometheus.Metric) {
 		"tree_read": s.TreeReads, "blob_verify": s.BlobVerifies, "read": s.Reads} {
 		ch <- prometheus.MustNewConstMetric(fuseDesc, prometheus.CounterValue, float64(v), op)
 	}
+	ch <- prometheus.MustNewConstMetric(corruptDesc, prometheus.CounterValue, float64(s.CorruptBlobs))
 }

@@ -47,7 +47,8 @@ func fuseServer(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	fsys, err := fusefs.New(fusefs.Options{Store: store, Logger: log})
+	fsys, err := fusefs.New(fusefs.Options{Store: store, Logger: log,
+		OnCorrupt: fusefs.AppendCorruptLog(filepath.Join(state, fusefs.CorruptLogName), log)})
 	if err != nil {
 		return err
 	}

@@ -152,6 +152,11 @@ const leaseReapInterval = time.Second
 // idempotency keys past fabric.Options.GeneratedKeyTTL.
 const keyExpiryInterval = time.Minute
 
+// corruptReportInterval is how often the daemon turns what the projection
+// recorded of corrupt blobs into cas.corrupt events (a stat and, rarely, a
+// read of a small file).
+const corruptReportInterval = time.Second
+
 func serve(ctx context.Context, cmd *cli.Command) error {
 	if cmd.Args().Len() > 0 {
 		return fmt.Errorf("unexpected arguments %q (see esfd --help)", cmd.Args().Slice())
@@ -235,6 +240,10 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	// idempotency keys past their retention are deleted.
 	reaper.Go(func() {
 		every(reapCtx, leaseReapInterval, log, slog.LevelInfo, "expire leases", "attempts_failed", f.ExpireLeases)
+	})
+	// Blobs the projection found corrupt become cas.corrupt events.
+	reaper.Go(func() {
+		every(reapCtx, corruptReportInterval, log, slog.LevelWarn, "report corrupt blobs", "events", f.ReportCorrupt)
 	})
 	reaper.Go(func() {
 		every(reapCtx, keyExpiryInterval, log, slog.LevelDebug, "expire idempotency keys", "deleted", f.ExpireIdempotencyKeys)
