@@ -222,6 +222,9 @@ func (e *Executor) Start(ctx context.Context, id string, spec executor.Spec) (er
 	if err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	if err := checkLeaves(spec.Rootfs, mountLeaves(s.Mounts)); err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
 	// Recorded before runc makes anything, so that Stop (even after a
 	// crash) knows which mountpoints were ours.
 	created, err := absentFootprint(spec.Rootfs, mountLeaves(s.Mounts))
