@@ -153,6 +153,12 @@ func (f *Fabric) Exec(ctx context.Context, req ExecRequest, streams ExecStreams)
 	if req.TimeoutMillis < 0 {
 		return ExecResult{}, fmt.Errorf("exec: negative timeout: %w", journal.ErrInvalidArgument)
 	}
+	// A queued attempt that is being started is active in the journal
+	// before its root is mounted and its container runs: startQueued
+	// holds the attempt's lock from that commit until the container is
+	// up. Wait for it to finish, so that an exec right after the attempt
+	// turned active finds its container (not a not_found).
+	f.lockAttempt(req.AttemptID)()
 	a, err := f.attemptView(ctx, req.AttemptID)
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("exec: %w", err)

@@ -731,8 +731,9 @@ class ExecStream:
             conn.close()
             raise client._transport_error(call, e) from e
         if resp.status // 100 != 2:
+            err = client._error_of(resp, call)
             conn.close()
-            raise client._error_of(resp, call)
+            raise err
         self._resp = resp
 
     def __enter__(self) -> "ExecStream":
