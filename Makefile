@@ -68,6 +68,8 @@ lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@for m in $(ADAPTERS); do (cd $$m && $(GO) vet ./...) || exit 1; done
+	@command -v mypy >/dev/null || { echo "mypy missing (make deps installs it)"; exit 1; }
+	mypy --strict --python-version 3.9 clients/python
 
 clean:
 	rm -rf $(BIN)

@@ -15,7 +15,9 @@ set -euo pipefail
 #   e2fsprogs       chattr/lsattr and filesystem images in later tests
 #   zstd, gzip      compressed tar fixtures for import tests
 #   diffutils       diff -r in the end-to-end tests
-packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils)
+#   python3         the Python client's suite (e2e TestPython_Client)
+#   mypy            make lint: mypy --strict clients/python
+packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils python3 mypy)
 
 missing=()
 for p in "${packages[@]}"; do
