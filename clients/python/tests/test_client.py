@@ -454,6 +454,16 @@ class DroppingProxy:
                 except OSError:
                     pass
 
+    def cut(self) -> None:
+        """Break every connection open now (the daemon stays up)."""
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def _accept(self) -> None:
         while True:
             try:
@@ -657,6 +667,25 @@ class TestEvents(DaemonTest):
         only = list(self.c.events(group=g.group.group_id, types=["node.*"]))
         self.assertEqual([e.type for e in only], ["node.created", "node.forked"])
 
+    def test_follow_resumes_after_a_broken_connection(self) -> None:
+        g = self.group()
+        proxy = DroppingProxy(SOCKET, os.path.join(self.tmpdir(), "proxy.sock"))
+        self.addCleanup(proxy.close)
+        pc = esf.Client(socket=proxy.path, backoff=0.01)
+        self.addCleanup(pc.close)
+        seen: List[esf.Event] = []
+        with pc.events(group=g.group.group_id, types=["node.*"], follow=True) as evs:
+            seen.append(next(evs))  # node.created
+            a = self.c.fork(g.node)[0]
+            seen.append(next(evs))
+            proxy.cut()  # the stream breaks; the next read resumes after the last seq
+            b = self.c.fork(g.node)[0]
+            seen.append(next(evs))
+        self.assertEqual([(e.type, e.node_id) for e in seen],
+                         [("node.created", g.node.node_id), ("node.forked", a.node_id),
+                          ("node.forked", b.node_id)])
+        self.assertEqual(proxy.requests, 2)
+
 
 class TestQuota(RuncTest):
     def test_queued_and_no_queue(self) -> None:
@@ -710,7 +739,7 @@ class TestExamples(DaemonTest):
     def run_example(self, *args: str) -> str:
         need(os.path.exists(BUSYBOX), "no static busybox for the examples' image")
         p = subprocess.run([sys.executable, os.path.join(HERE, "..", "examples", args[0]), *args[1:]],
-                           env=dict(os.environ, ESF_SOCKET=SOCKET), stdout=subprocess.PIPE,
+                           env=dict(os.environ, ESF_SOCKET=SOCKET, ESF_HOST=""), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=600)
         out = p.stdout.decode()
         self.assertEqual(p.returncode, 0, out)
