@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket as _socket
 import ssl
 import struct
 import time
@@ -14,7 +15,8 @@ from typing import (IO, Any, BinaryIO, Dict, Iterable, Iterator, List, Mapping, 
                     Tuple, Union)
 
 from . import _http
-from .errors import Error, InvalidArgument, Unavailable, code_for_status, make_error
+from .errors import (DeadlineExceeded, Error, InvalidArgument, Unavailable, code_for_status,
+                     make_error)
 from .records import (AttemptView, Chunk, CollectReport, CreateGroupResult, DiffResult, Evaluation,
                       Event, EvidenceResult, ExecResult, ExportResult, ForkResult, FsckResult,
                       GroupView, Group, ImportResult, Inspection, Lease, MergeResult, MountResult,
@@ -49,6 +51,17 @@ def _id(x: Union[str, Node, AttemptView, Group]) -> str:
 def _traceparent() -> Tuple[str, str]:
     trace = secrets.token_hex(16)
     return f"00-{trace}-{secrets.token_hex(8)}-01", trace
+
+
+def _timed_out(e: BaseException) -> bool:
+    """Whether a transport failure is the client's own read timeout (then
+    the call is not retried: the daemon may still be working on it)."""
+    while True:
+        if isinstance(e, _socket.timeout):
+            return True
+        if e.__cause__ is None:
+            return False
+        e = e.__cause__
 
 
 def _trace_of(tp: str) -> str:
@@ -109,15 +122,21 @@ class Client:
             if token is None:
                 token_file = token_file or os.environ.get("ESF_TOKEN_FILE") or None
                 if token_file is not None:
-                    with open(token_file, encoding="utf-8") as f:
-                        token = f.read().strip()
+                    try:
+                        with open(token_file, encoding="utf-8") as f:
+                            token = f.read().strip()
+                    except OSError as e:
+                        raise InvalidArgument(f"token file: {e}") from e
             if token is not None and ("\n" in token or "\r" in token):
                 raise InvalidArgument("token: more than one line")
             self.token = token or ""
             if ssl_context is None:
                 ca_file = ca_file or os.environ.get("ESF_CACERT") or None
                 if ca_file is not None:
-                    ssl_context = ssl.create_default_context(cafile=ca_file)
+                    try:
+                        ssl_context = ssl.create_default_context(cafile=ca_file)
+                    except (OSError, ssl.SSLError) as e:
+                        raise InvalidArgument(f"CA file {ca_file}: {e}") from e
             try:
                 self._endpoint = _http.Endpoint(url=host, ssl_context=ssl_context)
             except ValueError as e:
@@ -151,6 +170,11 @@ class Client:
         return h
 
     def _transport_error(self, call: _Call, e: Exception) -> Error:
+        if _timed_out(e):
+            return DeadlineExceeded(f"esfd at {self.where}: no answer within {self.timeout}s "
+                                    f"(the call may still complete; retry it with its key {call.key!r})"
+                                    if call.key else f"esfd at {self.where}: no answer within {self.timeout}s",
+                                    trace_id=call.trace_id)
         return Unavailable(f"esfd at {self.where}: {e}", trace_id=call.trace_id)
 
     def _error_of(self, resp: _http.Response, call: _Call) -> Error:
@@ -199,7 +223,7 @@ class Client:
                     conn.close()
                 # A pooled connection the daemon closed meanwhile fails
                 # before the daemon saw anything: always try once more.
-                if (retry and tries <= self.retries) or (pooled and tries == 1):
+                if not _timed_out(e) and ((retry and tries <= self.retries) or (pooled and tries == 1)):
                     if not pooled:
                         time.sleep(self.backoff * (2 ** min(tries - 1, 6)))
                     continue
@@ -222,7 +246,7 @@ class Client:
             except (_http.TransportError, _http.ProtocolError) as e:
                 resp.conn.close()
                 # The reply was lost mid-body: the same key gets it again.
-                if tries <= self.retries:
+                if tries <= self.retries and not _timed_out(e):
                     time.sleep(self.backoff * (2 ** min(tries - 1, 6)))
                     continue
                 raise self._transport_error(call, e) from e
@@ -231,6 +255,13 @@ class Client:
                 return json.loads(data)
             except ValueError as e:
                 raise make_error("internal", f"esfd: decode response: {e}", trace_id=call.trace_id) from e
+
+    def _hostpath(self, p: Optional[str]) -> Optional[str]:
+        """A path on the daemon's host: on the unix socket that is this
+        machine, so a relative path is made absolute here."""
+        if p is None or self._endpoint.socket_path is None:
+            return p
+        return os.path.abspath(p)
 
     @staticmethod
     def _q(**kw: Optional[str]) -> str:
@@ -257,7 +288,7 @@ class Client:
     def import_source(self, source: str) -> ImportResult:
         """Import a directory, tar or OCI image at an absolute path on the
         daemon's host."""
-        return ImportResult.from_json(self._json("POST", "/v1/import", {"source": source}, mutation=True))
+        return ImportResult.from_json(self._json("POST", "/v1/import", {"source": self._hostpath(source)}, mutation=True))
 
     def import_tar(self, tar: Union[bytes, str, "os.PathLike[str]", BinaryIO]) -> ImportResult:
         """Import a tar (plain, gzip or zstd) from this machine: bytes, a
@@ -301,7 +332,8 @@ class Client:
             root_id = self.import_tar(tar).root_id
             source = None
         return CreateGroupResult.from_json(self._json("POST", "/v1/groups", {
-            "root_id": root_id or "", "source": source, "policy": policy,
+            "root_id": root_id or "", "source": self._hostpath(source) if not root_id else source,
+            "policy": policy,
             "logical_state": logical_state}, mutation=True, key=idempotency_key))
 
     def fork(self, node: NodeRef, n: int = 1, *, logical_state: Any = None,
@@ -397,7 +429,7 @@ class Client:
         is active. Use it as a context manager: ``with c.activate(n) as a:``
         releases the attempt on exit unless it was sealed."""
         av = AttemptView.from_json(self._json("POST", "/v1/activate", {
-            "node_id": _id(node), "executor": executor, "ttl_ms": ttl_ms, "root": root,
+            "node_id": _id(node), "executor": executor, "ttl_ms": ttl_ms, "root": self._hostpath(root),
             "retry_of": retry_of, "memory_bytes": memory_bytes, "pids": pids, "cpus": cpus,
             "env": list(env) if env else None, "workdir": workdir, "user": user,
             "no_queue": no_queue or None}, mutation=True, key=idempotency_key))
@@ -437,11 +469,11 @@ class Client:
         """Show a node at an empty directory on the daemon's host, read-only
         or (rw) as a new attempt's root."""
         return MountResult.from_json(self._json("POST", "/v1/mount", {
-            "node_id": _id(node), "dir": dir, "rw": rw or None}, mutation=True, key=idempotency_key))
+            "node_id": _id(node), "dir": self._hostpath(dir), "rw": rw or None}, mutation=True, key=idempotency_key))
 
     def umount(self, dir: str, *, idempotency_key: Optional[str] = None) -> MountResult:
         """Undo a mount (an rw mount releases its attempt)."""
-        return MountResult.from_json(self._json("POST", "/v1/umount", {"dir": dir},
+        return MountResult.from_json(self._json("POST", "/v1/umount", {"dir": self._hostpath(dir)},
                                                 mutation=True, key=idempotency_key))
 
     # ---- exec ----
@@ -506,10 +538,11 @@ class Client:
         if format == "dir":
             if not isinstance(to, (str, os.PathLike)):
                 raise InvalidArgument("export dir: to is a directory path on the daemon's host")
+            dest = self._hostpath(os.fspath(to)) or ""
             d = self._json("POST", "/v1/export-node", {
-                "id": _id(id), "to": os.fspath(to), "artifact": artifact, "provenance": provenance},
+                "id": _id(id), "to": dest, "artifact": artifact, "provenance": self._hostpath(provenance)},
                 mutation=True)
-            return ExportResult("dir", str(d.get("root_id", "")), os.fspath(to), int(d.get("bytes", 0)),
+            return ExportResult("dir", str(d.get("root_id", "")), dest, int(d.get("bytes", 0)),
                                 ProvenanceRecord(dict(d.get("record") or {})),
                                 str(d.get("provenance", "")), int(d.get("files", 0)))
         if format not in ("tar", "patch"):

@@ -158,6 +158,8 @@ class TestGraph(DaemonTest):
         self.assertIsInstance(view, esf.GroupView)
         self.assertEqual((view.nodes, view.generation), (1, 1))
 
+        rel = self.c.create_group(os.path.relpath(self.tree_dir({"a.txt": "A\n"})))
+        self.assertTrue(os.path.isabs(rel.node.provenance.source))
         same = self.c.create_group(root_id=g.node.root_id)
         self.assertEqual(same.node.root_id, g.node.root_id)
         self.assertNotEqual(same.group.group_id, g.group.group_id)
@@ -436,6 +438,7 @@ class DroppingProxy:
         self.upstream = upstream
         self.path = path
         self.drops = 0
+        self.hold = False  # swallow replies and keep the connection open
         self.requests = 0
         self.lock = threading.Lock()
         self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -506,7 +509,8 @@ class DroppingProxy:
                         self.drops -= 1
                 if drop:
                     break
-                c.sendall(b)
+                if not self.hold:
+                    c.sendall(b)
         except OSError:
             pass
         finally:
@@ -557,6 +561,18 @@ class TestIdempotency(DaemonTest):
         self.assertEqual(len(kids), 3)
         self.assertEqual(len(self.c.node(kid).children), 3)
 
+        # A reply that never comes: the client's timeout, not retried (the
+        # daemon may still be at work).
+        slow = esf.Client(socket=proxy.path, timeout=0.5)
+        self.addCleanup(slow.close)
+        proxy.hold, before = True, proxy.requests
+        with self.assertRaises(esf.DeadlineExceeded) as cm:
+            slow.fork(kid, n=1, idempotency_key="py-held-" + kid.node_id)
+        proxy.hold = False
+        self.assertIn("py-held-", cm.exception.message)
+        self.assertEqual(proxy.requests, before + 1)
+        wait_until("the held fork to be done", lambda: len(self.c.node(kid).children) == 4)
+
         # Without retries the caller gets unavailable, and the work was done
         # all the same: what a retry with the same key is for.
         once = esf.Client(socket=proxy.path, retries=0)
@@ -564,10 +580,10 @@ class TestIdempotency(DaemonTest):
         proxy.drops = 1
         with self.assertRaises(esf.Unavailable):
             once.fork(kid, n=1, idempotency_key="py-lost-" + kid.node_id)
-        self.assertEqual(len(self.c.node(kid).children), 4)
+        self.assertEqual(len(self.c.node(kid).children), 5)
         replay = self.c.fork(kid, n=1, idempotency_key="py-lost-" + kid.node_id)
         self.assertIn(replay[0].node_id, self.c.node(kid).children)
-        self.assertEqual(len(self.c.node(kid).children), 4)
+        self.assertEqual(len(self.c.node(kid).children), 5)
 
 
 class RuncTest(DaemonTest):
