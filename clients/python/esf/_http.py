@@ -259,8 +259,8 @@ class Endpoint:
                         raise
             s.settimeout(timeout)
             return s
-        except ssl.SSLCertVerificationError:
-            raise
+        except ssl.SSLCertVerificationError as e:
+            raise TransportError(f"esfd at {self.where}: {e}", sent=False) from e
         except OSError as e:
             raise TransportError(f"esfd at {self.where}: {e}", sent=False) from e
 

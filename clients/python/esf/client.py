@@ -53,15 +53,18 @@ def _traceparent() -> Tuple[str, str]:
     return f"00-{trace}-{secrets.token_hex(8)}-01", trace
 
 
+def _caused_by(e: Optional[BaseException], cls: type) -> bool:
+    while e is not None:
+        if isinstance(e, cls):
+            return True
+        e = e.__cause__
+    return False
+
+
 def _timed_out(e: BaseException) -> bool:
     """Whether a transport failure is the client's own read timeout (then
     the call is not retried: the daemon may still be working on it)."""
-    while True:
-        if isinstance(e, _socket.timeout):
-            return True
-        if e.__cause__ is None:
-            return False
-        e = e.__cause__
+    return _caused_by(e, _socket.timeout)
 
 
 def _trace_of(tp: str) -> str:
@@ -102,15 +105,17 @@ class Client:
     (``idempotency_key=``) or one made up for the call. When the exchange
     fails below HTTP (connection refused or broken, reply lost) the client
     retries the same request with the same key, up to ``retries`` times, so
-    the daemon applies it once. ``timeout`` bounds each read of an ordinary
-    call (streams have none unless asked).
+    the daemon applies it once (the waits double from ``backoff``: about 6 s
+    in all by default, a daemon restart). ``timeout`` bounds each read of an
+    ordinary call (streams have none); a call past it is DeadlineExceeded
+    and not retried.
     """
 
     def __init__(self, socket: Optional[str] = None, host: Optional[str] = None,
                  token_file: Optional[str] = None, *, token: Optional[str] = None,
                  ca_file: Optional[str] = None, ssl_context: Optional[ssl.SSLContext] = None,
-                 timeout: Optional[float] = 300.0, retries: int = 5,
-                 backoff: float = 0.05) -> None:
+                 timeout: Optional[float] = 300.0, retries: int = 6,
+                 backoff: float = 0.1) -> None:
         if socket is None and host is None:
             host = os.environ.get("ESF_HOST") or None
             if host is None:
@@ -223,7 +228,9 @@ class Client:
                     conn.close()
                 # A pooled connection the daemon closed meanwhile fails
                 # before the daemon saw anything: always try once more.
-                if not _timed_out(e) and ((retry and tries <= self.retries) or (pooled and tries == 1)):
+                # A certificate the client does not trust stays untrusted.
+                final = _timed_out(e) or _caused_by(e, ssl.SSLCertVerificationError)
+                if not final and ((retry and tries <= self.retries) or (pooled and tries == 1)):
                     if not pooled:
                         time.sleep(self.backoff * (2 ** min(tries - 1, 6)))
                     continue

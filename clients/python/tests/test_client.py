@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tarfile
@@ -745,6 +746,11 @@ class TestNetwork(DaemonTest):
         bad = os.path.join(self.tmpdir(), "token")
         with open(bad, "w") as f:
             f.write("not-the-token-0123456789\n")
+        # A daemon whose certificate the client does not trust: no retries.
+        untrusting = esf.Client(host=HOST, token_file=TOKEN_FILE, ssl_context=ssl.create_default_context())
+        with self.assertRaises(esf.Unavailable) as un:
+            untrusting.status()
+        self.assertIn("certificate", un.exception.message)
         with esf.Client(host=HOST, token_file=bad, ca_file=CACERT) as wrong:
             with self.assertRaises(esf.Unauthenticated) as cm:
                 wrong.status()
