@@ -109,6 +109,10 @@ class Client:
     in all by default, a daemon restart). ``timeout`` bounds each read of an
     ordinary call (streams have none); a call past it is DeadlineExceeded
     and not retried.
+
+    A Client may be shared by threads: each call takes a connection of its
+    own (idle ones are kept for the next call); exec and event streams open
+    theirs.
     """
 
     def __init__(self, socket: Optional[str] = None, host: Optional[str] = None,

@@ -77,7 +77,7 @@ def image_tar(extra: Optional[Dict[str, bytes]] = None) -> bytes:
         ti = tarfile.TarInfo("bin/busybox")
         ti.size, ti.mode = len(data), 0o755
         tf.addfile(ti, io.BytesIO(data))
-        for applet in ("sh", "cat", "echo", "sleep", "ps", "tr", "wc", "head", "true"):
+        for applet in ("sh", "cat", "echo", "sleep", "ps", "tr", "wc", "head", "true", "stty"):
             ti = tarfile.TarInfo("bin/" + applet)
             ti.type, ti.linkname = tarfile.SYMTYPE, "busybox"
             tf.addfile(ti)
@@ -145,7 +145,8 @@ class TestDaemon(DaemonTest):
 
 class TestGraph(DaemonTest):
     def test_create_group_from_dir_tar_and_root(self) -> None:
-        g = self.c.create_group(self.tree_dir({"a.txt": "A\n"}), logical_state={"step": 0},
+        src = self.tree_dir({"a.txt": "A\n"})
+        g = self.c.create_group(src, logical_state={"step": 0},
                                 policy={"budget": 3})
         self.assertTrue(g.group.group_id.startswith("grp_"))
         self.assertEqual(g.group.generation, 1)
@@ -159,6 +160,8 @@ class TestGraph(DaemonTest):
         self.assertIsInstance(view, esf.GroupView)
         self.assertEqual((view.nodes, view.generation), (1, 1))
 
+        imp = self.c.import_source(src)  # stored already: nothing new
+        self.assertEqual((imp.root_id, imp.files, imp.new_objects, imp.skipped), (g.node.root_id, 1, 0, []))
         rel = self.c.create_group(os.path.relpath(self.tree_dir({"a.txt": "A\n"})))
         self.assertTrue(os.path.isabs(rel.node.provenance.source))
         same = self.c.create_group(root_id=g.node.root_id)
@@ -338,6 +341,15 @@ class TestGraph(DaemonTest):
         finally:
             self.c.umount(d)
         self.assertEqual(os.listdir(d), [])
+
+        rw = self.c.mount(g.node, d, rw=True)
+        assert rw.attempt is not None
+        with open(os.path.join(d, "written.txt"), "w") as f:
+            f.write("through an rw mount\n")
+        node = self.c.suspend(rw.attempt, keep_running=True).node
+        self.c.umount(d)  # releases the attempt
+        self.assertEqual(self.c.attempt(rw.attempt.attempt_id).state, "released")
+        self.assertIn("written.txt", [c.path for c in self.c.diff(g.node, node).changes])
 
 
 class TestAttempts(DaemonTest):
@@ -648,6 +660,17 @@ class TestExec(RuncTest):
         self.assertEqual(int(r.stdout), len(blob))
         r = a.exec(["/bin/wc", "-l"], stdin=(b"line\n" for _ in range(1000)))
         self.assertEqual(int(r.stdout), 1000)
+
+    def test_exec_with_a_terminal(self) -> None:
+        a = self.runc_attempt()
+        with a.exec_stream(["/bin/sh", "-c", "stty size; read l; echo got $l"], tty=True, rows=30, cols=100,
+                           stdin=True) as s:
+            s.write(b"typed\n")
+            out = b"".join(c.data for c in s if c.stream == "stdout")
+        self.assertIn(b"30 100", out)
+        self.assertIn(b"got typed", out)
+        assert s.result is not None
+        self.assertEqual(s.result.exit_code, 0)
 
     def test_leaving_a_stream_kills_the_command(self) -> None:
         a = self.runc_attempt()
