@@ -442,6 +442,38 @@ class TestErrors(DaemonTest):
         self.assertEqual(un.exception.status, 0)
 
 
+class TestCorrupt(DaemonTest):
+    def test_corrupt_content_is_refused(self) -> None:
+        g = self.group()
+        content = ("precious %d\n" % time.time_ns()).encode() * 100
+        node = self.sealed_child(g.node, {"precious.txt": content.decode()})
+        [change] = [c for c in self.c.diff(g.node, node).changes if c.path == "precious.txt"]
+        assert change.new is not None
+        blob = str(change.new["id"])
+        path = os.path.join(self.c.status().state_dir, "cas", "objects", blob[:2], blob[2:])
+        with open(path, "rb") as f:
+            good = f.read()
+        mode = os.stat(path).st_mode & 0o777
+
+        def restore() -> None:
+            os.chmod(path, 0o644)
+            with open(path, "wb") as w:
+                w.write(good)
+            os.chmod(path, mode)
+        self.addCleanup(restore)
+        bad = bytearray(good)
+        bad[len(bad) // 3] ^= 0x20
+        os.chmod(path, 0o644)
+        with open(path, "wb") as w:
+            w.write(bytes(bad))
+
+        self.assertEqual(self.c.fsck().bad, [blob])
+        with self.assertRaises(esf.Corrupt) as cm:
+            self.c.export(node, io.BytesIO(), "tar")
+        self.assertEqual(cm.exception.code, "corrupt")
+        self.assertRegex(cm.exception.trace_id, TRACE)
+
+
 class DroppingProxy:
     """A unix-socket proxy in front of esfd that can lose replies: it
     forwards a request, waits until the daemon answers, and then closes the
