@@ -11,8 +11,8 @@ import struct
 import time
 import urllib.parse
 import uuid
-from typing import (IO, Any, BinaryIO, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
-                    Tuple, Union)
+from typing import (IO, Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
 
 from . import _http
 from .errors import (DeadlineExceeded, Error, InvalidArgument, Unavailable, code_for_status,
@@ -36,6 +36,7 @@ MEDIA_EXEC_STREAM = "application/vnd.esf.exec-stream"
 NodeRef = Union[str, Node]
 AttemptRef = Union[str, AttemptView]
 StdinSource = Union[bytes, IO[bytes], Iterable[bytes]]
+Upload = Union[bytes, str, "os.PathLike[str]", BinaryIO]
 
 
 def _id(x: Union[str, Node, AttemptView, Group]) -> str:
@@ -207,7 +208,8 @@ class Client:
         return make_error(code_for_status(resp.status), f"esfd: HTTP {resp.status} {resp.reason}: {msg}",
                           trace_id=trace, status=resp.status)
 
-    def _open(self, method: str, path: str, call: _Call, body: Optional[bytes] = None,
+    def _open(self, method: str, path: str, call: _Call,
+              body: Union[None, bytes, Callable[[], Iterator[bytes]]] = None,
               content_type: str = "", retry: bool = True,
               timeout: Optional[float] = -1.0) -> _http.Response:
         """Send a request (retrying transport failures when retry) and
@@ -215,8 +217,10 @@ class Client:
         if timeout is not None and timeout < 0:
             timeout = self.timeout
         head_headers = self._headers(call, content_type)
-        if body is not None:
+        if isinstance(body, bytes):
             head_headers["Content-Length"] = str(len(body))
+        elif body is not None:
+            head_headers["Transfer-Encoding"] = "chunked"
         head = _http.request_head(method, path, self._endpoint.host_header, head_headers)
         tries = 0
         while True:
@@ -225,7 +229,18 @@ class Client:
             pooled = False
             try:
                 conn, pooled = self._pool.get(timeout)
-                conn.send(head + (body or b""))
+                if body is None or isinstance(body, bytes):
+                    conn.send(head + (body or b""))
+                else:
+                    conn.send(head)
+                    try:
+                        for piece in body():
+                            if piece:
+                                conn.send(_http.chunk(piece))
+                    except Error:
+                        conn.close()  # half a body: the connection is spent
+                        raise
+                    conn.send(_http.chunk(b""))
                 resp = conn.read_response(method)
             except (_http.TransportError, _http.ProtocolError, OSError) as e:
                 if conn is not None:
@@ -301,36 +316,59 @@ class Client:
         daemon's host."""
         return ImportResult.from_json(self._json("POST", "/v1/import", {"source": self._hostpath(source)}, mutation=True))
 
-    def import_tar(self, tar: Union[bytes, str, "os.PathLike[str]", BinaryIO]) -> ImportResult:
-        """Import a tar (plain, gzip or zstd) from this machine: bytes, a
-        path, or a binary file."""
-        if isinstance(tar, bytes):
-            data = tar
-        elif isinstance(tar, (str, os.PathLike)):
-            with open(tar, "rb") as f:
-                data = f.read()
+    def _upload(self, path: str, src: "Upload", content_type: str) -> Any:
+        """POST src (bytes, a local path or a binary file) streamed as the
+        body. A path or a seekable file is sent again on a retry; any other
+        file only once."""
+        body: Union[bytes, Callable[[], Iterator[bytes]]]
+        retry = True
+        if isinstance(src, (bytes, bytearray, memoryview)):
+            body = bytes(src)
+        elif isinstance(src, (str, os.PathLike)):
+            p = os.fspath(src)
+
+            def from_path() -> Iterator[bytes]:
+                try:
+                    f = open(p, "rb")
+                except OSError as e:
+                    raise InvalidArgument(f"open the upload: {e}") from e
+                with f:
+                    yield from _blocks(f)
+            body = from_path
         else:
-            data = tar.read()
+            f = src
+            pos = f.tell() if f.seekable() else -1
+            retry = pos >= 0
+
+            def from_file() -> Iterator[bytes]:
+                if pos >= 0:
+                    f.seek(pos)
+                yield from _blocks(f)
+            body = from_file
         call = _Call(True, None)
-        resp = self._open("POST", "/v1/import", call, data, "application/x-tar")
+        resp = self._open("POST", path, call, body, content_type, retry=retry)
         try:
-            return ImportResult.from_json(json.loads(resp.read_all(1 << 20)))
+            return json.loads(resp.read_all(1 << 20))
+        except (_http.TransportError, _http.ProtocolError) as e:
+            resp.conn.close()
+            raise self._transport_error(call, e) from e
         finally:
             resp.close()
 
-    def put_evidence(self, data: bytes) -> EvidenceResult:
-        """Store bytes as one object, for evaluate(evidence=[...])."""
-        call = _Call(True, None)
-        resp = self._open("POST", "/v1/evidence", call, data, "application/octet-stream")
-        try:
-            return EvidenceResult.from_json(json.loads(resp.read_all(1 << 20)))
-        finally:
-            resp.close()
+    def import_tar(self, tar: "Upload") -> ImportResult:
+        """Import a tar (plain, gzip or zstd) from this machine, streamed:
+        bytes, a path, or a binary file."""
+        return ImportResult.from_json(self._upload("/v1/import", tar, "application/x-tar"))
+
+    def put_evidence(self, data: "Upload") -> EvidenceResult:
+        """Store bytes (or a local file, streamed) as one object, for
+        evaluate(evidence=[...])."""
+        return EvidenceResult.from_json(self._upload("/v1/evidence", data, "application/octet-stream"))
 
     # ---- groups and nodes ----
 
     def create_group(self, source: Optional[str] = None, *, root_id: Optional[str] = None,
-                     tar: Union[None, bytes, str, "os.PathLike[str]", BinaryIO] = None,
+                     tar: Optional["Upload"] = None,
                      policy: Any = None, logical_state: Any = None,
                      idempotency_key: Optional[str] = None) -> CreateGroupResult:
         """Create a group from a directory (or tar, or OCI image) at
@@ -878,6 +916,19 @@ class ExecStream:
             return self._resp.read_exactly(n)
         except (_http.TransportError, _http.ProtocolError) as e:
             raise Unavailable(f"exec: stream broken: {e}", trace_id=self._call.trace_id) from e
+
+
+def _blocks(f: BinaryIO) -> Iterator[bytes]:
+    """The file in 1 MiB pieces; a read error is the caller's (InvalidArgument),
+    not the transport's."""
+    while True:
+        try:
+            b = f.read(1 << 20)
+        except OSError as e:
+            raise InvalidArgument(f"read the upload: {e}") from e
+        if not b:
+            return
+        yield b
 
 
 def _frame(fid: int, payload: bytes) -> bytes:

@@ -178,6 +178,16 @@ class TestGraph(DaemonTest):
             self.assertEqual(f.read(), b"42\n")
         with self.assertRaises(esf.InvalidArgument):
             self.c.create_group()
+        # A tar streamed from a path and from a file: the same root.
+        tar_path = os.path.join(self.tmpdir(), "img.tar")
+        with open(tar_path, "wb") as w:
+            w.write(image_tar({"work/task": b"42\n"}))
+        by_path = self.c.import_tar(tar_path)
+        with open(tar_path, "rb") as r:
+            self.assertEqual(self.c.import_tar(r).root_id, by_path.root_id)
+        self.assertEqual(by_path.root_id, fromtar.node.root_id)
+        with self.assertRaises(esf.InvalidArgument):
+            self.c.import_tar(os.path.join(self.tmpdir(), "missing.tar"))
 
     def test_fork_inspect_tree_prune(self) -> None:
         g = self.group()
