@@ -583,7 +583,9 @@ class Client:
         format "tar" or "patch" (from ``base`` to id): streamed to ``to`` on
         this machine, a path or a binary file; the record is written to
         ``provenance`` (default, when to is a path, to + ".provenance.json").
-        A stream that ends without the daemon's completion mark raises."""
+        A stream that ends without the daemon's completion mark raises (and
+        a file it was written to is removed); one written to a file object
+        must then be discarded by the caller."""
         if format == "dir":
             if not isinstance(to, (str, os.PathLike)):
                 raise InvalidArgument("export dir: to is a directory path on the daemon's host")
@@ -606,8 +608,12 @@ class Client:
         else:
             path = "/v1/patch" + self._q(base=_id(base) if base is not None else "", id=_id(id))
         if dest:
-            with open(dest, "wb") as f:
-                root, n = self._stream_to(path, f, f"export {format} {_id(id)}")
+            try:
+                with open(dest, "wb") as f:
+                    root, n = self._stream_to(path, f, f"export {format} {_id(id)}")
+            except Error:
+                os.remove(dest)  # what came is cut short: not an export
+                raise
         else:
             assert not isinstance(to, (str, os.PathLike))
             root, n = self._stream_to(path, to, f"export {format} {_id(id)}")

@@ -482,6 +482,10 @@ class TestCorrupt(DaemonTest):
             self.c.export(node, io.BytesIO(), "tar")
         self.assertEqual(cm.exception.code, "corrupt")
         self.assertRegex(cm.exception.trace_id, TRACE)
+        out = os.path.join(self.tmpdir(), "node.tar")
+        with self.assertRaises(esf.Corrupt):
+            self.c.export(node, out, "tar")
+        self.assertFalse(os.path.exists(out))  # no truncated tar left behind
 
 
 class DroppingProxy:
