@@ -18,7 +18,10 @@ Each iteration of the search:
           reward to the child and to every ancestor.
 
 It stops when the checker says solved (that evaluation is terminal), prints
-the best path, and exits 0 only if it solved the lock within its budget.
+the best path, promotes the solution (compare-and-swap on the group's
+generation), prunes every subtree off its path and collects their content,
+and exits 0 only if it solved the lock within its budget. No sandbox outlives
+its expansion: the tree is durable, the attempts are not.
 
     ESF_SOCKET=/var/lib/esf/esfd.sock python3 mcts.py [--secret 2013] [--budget 40]
 """
@@ -152,8 +155,12 @@ class Search:
         return self.solved
 
     def best_path(self) -> List[esf.Node]:
-        """From the root, the child with the most visits at every level."""
+        """From the root to the solution (its ancestry, as esfd records
+        it); unsolved, the child with the most visits at every level."""
         tree = self.c.tree(self.group)
+        if self.solved is not None:
+            ids = list(reversed(self.c.node(self.solved).ancestry)) + [self.solved]
+            return [tree.node(i) for i in ids]
         t = tree.root
         path = [t.node]
         while t.children:
@@ -192,6 +199,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         # them all.
         assert root.visits == s.expansions, (root.visits, s.expansions)
         assert [n.node_id for n in path][:1] == [root.node_id]
+        assert [s.moves[n.node_id] for n in path] == [args.secret[:i] for i in range(len(args.secret) + 1)]
+
+        # Keep what matters: the solution becomes canonical (compare-and-
+        # swap on the generation read now), and every subtree off its path
+        # is pruned, so that a collection can reclaim its content.
+        gen = c.group(g.group).generation
+        c.promote(g.group, solved, expected_generation=gen)
+        on_path = {n.node_id for n in path}
+        pruned: List[str] = []
+        for n in path:
+            for kid in c.node(n.node_id).children:
+                if kid not in on_path:
+                    pruned += c.prune(kid)
+        report = c.gc()
+        tree = c.tree(g.group)
+        assert tree.group.canonical_node_id == solved and tree.group.generation == gen + 1
+        assert {n.node_id for n in tree.nodes if n.status != "pruned"} == on_path
+        assert len(pruned) == len(tree.nodes) - len(on_path)
+        print(f"promoted the solution; pruned {len(pruned)} nodes off its path, gc deleted "
+              f"{report.deleted} objects")
         print(f"solved {args.secret!r} in {s.expansions} expansions (budget {args.budget})")
     return 0
 

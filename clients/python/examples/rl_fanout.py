@@ -94,7 +94,7 @@ class Fanout:
                         f"echo {guess} > /work/answer; seq {i} {i + 20} > /work/trajectory-{i}; /bin/score"],
                        check=True)
             reward = float(r.stdout.decode().strip())
-            node = a.suspend(logical_state={"rollout": i, "guess": guess})
+            node = a.suspend(logical_state={"rollout": i, "seed": self.seed * 1000 + i, "guess": guess})
         self.c.evaluate(node, EVALUATOR, reward, verdict=f"guess {guess}")
         return Rollout(i, guess, node, reward)
 
@@ -126,7 +126,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     with esf.Client() as c:
-        g = c.create_group(tar=image_tar(args.busybox), policy={"max_rollouts": args.rollouts})
+        # The pinned policy/root pair: the root is the image, the policy is
+        # recorded on the group; a rollout's seed makes it reproducible.
+        g = c.create_group(tar=image_tar(args.busybox),
+                           policy={"policy": "uniform-guess@1", "seed": args.seed, "rollouts": args.rollouts})
         group_id, root = g.group.group_id, g.node
         print(f"group {group_id}, pinned root {root.node_id} ({root.root_id[:12]})")
         generation = c.group(group_id).generation
