@@ -541,7 +541,8 @@ class Client:
                               timeout_ms=timeout_ms) as s:
             for c in s:
                 (out if c.stream == "stdout" else err).append(c.data)
-            assert s.result is not None
+            if s.result is None:  # the iteration ends only at the exit frame
+                raise make_error("internal", "exec: no result")
             res = ExecResult(s.result.exit_code, s.result.ms, b"".join(out), b"".join(err))
         if check and res.exit_code != 0:
             raise ExecFailed(args, res)
@@ -565,7 +566,7 @@ class Client:
         if tty:
             req.update(tty=True, rows=rows or None, cols=cols or None)
             req = {k: v for k, v in req.items() if v is not None}
-        interactive = stdin is not None and stdin is not False or tty
+        interactive = (stdin is not None and stdin is not False) or tty
         if stdin is not None and stdin is not False:
             req["stdin"] = True
         return ExecStream(self, req, interactive,
