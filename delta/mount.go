@@ -29,6 +29,10 @@ type Layout struct {
 	// sandbox must not work there. A root private to the daemon (under its
 	// 0700 state dir) is the sandbox's own and keeps the usual semantics.
 	HostView bool
+	// IDMap, if set, shows the layers' ids shifted into a user
+	// namespace's range (see IDMap); the directories on disk keep the
+	// sandbox's own ids.
+	IDMap *IDMap
 }
 
 // Upper is the directory holding the attempt's changes.
@@ -84,6 +88,9 @@ func Mount(l Layout) error {
 	}
 	if err := attr.apply(l.Upper()); err != nil {
 		return err
+	}
+	if l.IDMap != nil {
+		return l.mountIDMapped()
 	}
 	var flags uintptr
 	if l.HostView {

@@ -29,6 +29,10 @@ func Mount(dir string, f *FS) (*fuse.Server, error) {
 			MaxReadAhead:  1 << 20,
 			DirectMount:   true,
 			EnableAcl:     true,
+			// Runc attempts in a user namespace see the projection through
+			// an idmapped clone (delta.IDMap); the kernel allows that only
+			// when the server says so.
+			IDMappedMount: true,
 			Debug:         f.opts.Debug,
 		},
 		// Mode 0000 is a mode: without this go-fuse shows it as 0644 or
