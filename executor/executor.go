@@ -126,6 +126,18 @@ type Spec struct {
 	Mounts []Mount
 	// Hostname inside the container; "esf" when empty.
 	Hostname string
+	// CapAdd gives the container capabilities the executor drops by
+	// default (DroppedCapabilities), e.g. "CAP_MKNOD". A policy's choice:
+	// with them the sandbox can make files that carry privilege.
+	CapAdd []string
+}
+
+// DroppedCapabilities are the capabilities an executor takes from the
+// default set unless Spec.CapAdd gives them back: the ones that let the
+// sandbox make files carrying privilege (setuid/setgid bits kept on a
+// write or chown, file capabilities, device nodes).
+func DroppedCapabilities() []string {
+	return []string{"CAP_FSETID", "CAP_MKNOD", "CAP_SETFCAP"}
 }
 
 // Footprint is Footprint() plus the destinations of the extra mounts. A
@@ -176,6 +188,11 @@ func (s Spec) Validate() error {
 			if d == r || strings.HasPrefix(d, r+"/") {
 				return fmt.Errorf("mount destination %q: %s is the executor's: %w", m.Destination, r, ErrInvalidArgument)
 			}
+		}
+	}
+	for _, c := range s.CapAdd {
+		if !slices.Contains(DroppedCapabilities(), c) {
+			return fmt.Errorf("capability %q: only %s can be added: %w", c, strings.Join(DroppedCapabilities(), ", "), ErrInvalidArgument)
 		}
 	}
 	if strings.ContainsAny(s.Hostname, "/ \t\n\x00") || len(s.Hostname) > 64 {

@@ -147,7 +147,7 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 	// The default root is mounted while the commit flushes (see premount).
 	var pre *premount
 	if admitted && req.Root == "" {
-		pre = f.startPremount(ctx, req.NodeID)
+		pre = f.startPremount(ctx, req.NodeID, req.Executor)
 	}
 	err = f.mutate(ctx, op, req, &av, func(tx journal.Tx, ci CallInfo) (any, error) {
 		n, err := journal.GetNode(tx, req.NodeID)
@@ -305,7 +305,7 @@ type premount struct {
 // startPremount draws an attempt id and starts mounting the default root
 // of an attempt on node over its root; nil if the node cannot be
 // activated (the commit will say why).
-func (f *Fabric) startPremount(ctx context.Context, nodeID string) *premount {
+func (f *Fabric) startPremount(ctx context.Context, nodeID, executor string) *premount {
 	var n journal.Node
 	if err := f.journal.View(ctx, func(r journal.Reader) error {
 		var err error
@@ -319,7 +319,7 @@ func (f *Fabric) startPremount(ctx context.Context, nodeID string) *premount {
 		return nil
 	}
 	p := &premount{attemptID: aid, rootID: n.RootID, done: make(chan error, 1)}
-	l := f.layout(journal.Attempt{AttemptID: aid}, n.RootID, "")
+	l := f.layout(journal.Attempt{AttemptID: aid, Executor: executor}, n.RootID, "")
 	go func() {
 		f.mountMu.Lock()
 		defer f.mountMu.Unlock()
@@ -354,8 +354,12 @@ func (f *Fabric) layout(a journal.Attempt, rootID, root string) delta.Layout {
 	if root == "" {
 		root = private
 	}
-	return delta.Layout{Lower: f.projection.RootPath(rootID), Dir: filepath.Join(dir, "delta"), Root: root,
+	l := delta.Layout{Lower: f.projection.RootPath(rootID), Dir: filepath.Join(dir, "delta"), Root: root,
 		HostView: root != private}
+	if a.Executor == ExecutorRunc {
+		l.IDMap = f.opts.IDMap
+	}
+	return l
 }
 
 // ensureMounted mounts a live attempt's writable root if it is not mounted
@@ -671,9 +675,13 @@ func (f *Fabric) isReplay(ctx context.Context, op string, req any) bool {
 // long is swept by Recover, one deleted under a live mount is lost.
 func upperInUse(dir string) bool {
 	opt := "upperdir=" + delta.Layout{Dir: dir}.Upper()
+	idmapped := delta.IDMappedSource(dir)
 	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) {
 		if in.FSType != "overlay" {
 			return true, false
+		}
+		if in.Source == idmapped {
+			return false, true
 		}
 		for o := range strings.SplitSeq(in.VFSOptions, ",") {
 			if o == opt {

@@ -8,10 +8,14 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
 	"github.com/esf-dev/esf/journal"
 )
+
+// testUserNS is the host id range runc attempts of fabric tests run in.
+var testUserNS = runc.IDRange{Start: 1 << 30, Count: 65536}
 
 // openRunc opens a fabric with a real runc executor and a busybox group.
 func openRunc(t *testing.T) (*Fabric, CreateGroupResult) {
@@ -25,11 +29,17 @@ func openRunc(t *testing.T) (*Fabric, CreateGroupResult) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc-state"), Init: initBin})
+	// As esfd runs them: in a user namespace of their own range.
+	idmap, err := delta.NewIDMap(testUserNS.Start, testUserNS.Count)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Open(context.Background(), Options{StateDir: filepath.Join(dir, "state"), Executor: ex})
+	t.Cleanup(func() { idmap.Close() })
+	ex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc-state"), Init: initBin, UserNS: testUserNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(context.Background(), Options{StateDir: filepath.Join(dir, "state"), Executor: ex, IDMap: idmap})
 	if err != nil {
 		t.Fatal(err)
 	}

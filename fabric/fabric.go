@@ -15,6 +15,7 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/local"
+	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/fusefs"
@@ -59,6 +60,13 @@ type Options struct {
 	MaxMemoryBytes  int64
 	// Executor runs runc attempts; nil refuses them (unsupported).
 	Executor executor.Executor
+	// IDMap, if set, is the user namespace the Executor runs containers
+	// in (the same range): a runc attempt's root is then mounted with its
+	// ids shifted into it (delta.IDMap), so the container's root owns
+	// what the tree records as root's, while the upper directory, and so
+	// every seal, keeps the sandbox's own ids. The caller closes it after
+	// Close.
+	IDMap *delta.IDMap
 	// WASI runs modules for wasi attempts; nil refuses them.
 	WASI *wasi.Runtime
 	// GeneratedKeyTTL is how long the result of a mutation whose

@@ -9,12 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/internal/size"
@@ -138,6 +141,12 @@ func serveFlags() []cli.Flag {
 			Usage: "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464); off when empty",
 		},
 		&cli.StringFlag{
+			Name: "userns-range",
+			Usage: "START:COUNT host ids that runc containers run as (their root is START), " +
+				"like an /etc/subuid entry; give each daemon on a host its own range; off runs containers as host root",
+			Value: defaultUserNSRange,
+		},
+		&cli.StringFlag{
 			Name:  "init",
 			Usage: "the static container init (default: esf-init beside esfd); runc attempts are refused without it",
 		},
@@ -184,7 +193,18 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	ex, err := runcExecutor(state, cmd.String("init"), log)
+	userns, err := parseUserNSRange(cmd.String("userns-range"))
+	if err != nil {
+		return err
+	}
+	var idmap *delta.IDMap
+	if userns.Count > 0 {
+		if idmap, err = delta.NewIDMap(userns.Start, userns.Count); err != nil {
+			return fmt.Errorf("--userns-range: %w", err)
+		}
+		defer idmap.Close()
+	}
+	ex, err := runcExecutor(state, cmd.String("init"), userns, log)
 	if err != nil {
 		log.Warn("runc attempts disabled", "reason", err)
 	}
@@ -194,7 +214,7 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	}
 	defer wrt.Close(context.WithoutCancel(ctx))
 	opts := fabric.Options{StateDir: state, Logger: log, ProjectionCommand: projection,
-		MaxLiveAttempts: int(cmd.Int("max-attempts")), MaxMemoryBytes: maxMem, WASI: wrt}
+		MaxLiveAttempts: int(cmd.Int("max-attempts")), MaxMemoryBytes: maxMem, WASI: wrt, IDMap: idmap}
 	if ex != nil {
 		opts.Executor = ex
 	}
@@ -360,7 +380,7 @@ func every(ctx context.Context, interval time.Duration, log *slog.Logger, level 
 }
 
 // runcExecutor builds the runc executor, or says why there is none.
-func runcExecutor(state, initPath string, log *slog.Logger) (*runc.Executor, error) {
+func runcExecutor(state, initPath string, userns runc.IDRange, log *slog.Logger) (*runc.Executor, error) {
 	if initPath == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -374,7 +394,26 @@ func runcExecutor(state, initPath string, log *slog.Logger) (*runc.Executor, err
 	if _, err := exec.LookPath("runc"); err != nil {
 		return nil, fmt.Errorf("runc not found: %w", err)
 	}
-	return runc.New(runc.Options{StateDir: filepath.Join(state, "executor"), Init: initPath, Logger: log})
+	return runc.New(runc.Options{StateDir: filepath.Join(state, "executor"), Init: initPath, UserNS: userns, Logger: log})
+}
+
+// defaultUserNSRange is --userns-range's default: 65536 ids from 2^30,
+// clear of the ids distributions hand out (/etc/subuid ranges start at
+// 100000 and grow by 65536 per user).
+const defaultUserNSRange = "1073741824:65536"
+
+// parseUserNSRange reads --userns-range: START:COUNT, or off.
+func parseUserNSRange(s string) (runc.IDRange, error) {
+	if s == "off" {
+		return runc.IDRange{}, nil
+	}
+	a, b, ok := strings.Cut(s, ":")
+	start, err1 := strconv.ParseUint(a, 10, 32)
+	count, err2 := strconv.ParseUint(b, 10, 32)
+	if !ok || err1 != nil || err2 != nil || start == 0 || count == 0 || start+count > 1<<32-1 {
+		return runc.IDRange{}, fmt.Errorf("--userns-range %q: want START:COUNT of host ids above 0, or off", s)
+	}
+	return runc.IDRange{Start: uint32(start), Count: uint32(count)}, nil
 }
 
 // serveMetrics serves m at addr until the returned stop is called.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/fabric"
 )
 
@@ -48,7 +49,8 @@ func stopAll(ctx context.Context, cmd *cli.Command) error {
 	// The executor too: live runc attempts' containers must stop before
 	// their roots can be unmounted.
 	opts := fabric.Options{StateDir: state, Logger: log}
-	if ex, err := runcExecutor(state, "", log); err == nil {
+	// Stop needs no id range: it unmounts whatever a container had.
+	if ex, err := runcExecutor(state, "", runc.IDRange{}, log); err == nil {
 		opts.Executor = ex
 	}
 	if opts.JournalStore, err = openJournal(ctx, cmd, log); err != nil {

@@ -17,6 +17,10 @@ func main() {
 		trampoline(os.Args[1:])
 		return
 	}
+	// Undumpable: nothing in the container without CAP_SYS_PTRACE may
+	// ptrace the init (a stopped PID 1 would hold every exec) or read its
+	// memory. Its children are dumpable again once they exec.
+	syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0)
 	// Subscribe before anything can exit: a SIGCHLD lost between reap and
 	// Notify would leave a zombie until the next one.
 	sigs := make(chan os.Signal, 8)

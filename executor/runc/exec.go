@@ -197,6 +197,16 @@ func (p *process) setupIO(x executor.ExecSpec, user specs.User) error {
 	if x.TTY {
 		return p.setupPTY(x)
 	}
+	// The pipes belong to the process's user as the host knows it.
+	uid, err := p.e.opts.UserNS.host(user.UID)
+	if err != nil {
+		return err
+	}
+	gid, err := p.e.opts.UserNS.host(user.GID)
+	if err != nil {
+		return err
+	}
+	user.UID, user.GID = uid, gid
 	s, err := newPipes(x.Stdin, x.Stdout != nil, x.Stderr != nil, user)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -98,6 +99,14 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, Options{})
+}
+
+// newEnvWith is newEnv with options (StateDir, Init and Namespace are the
+// env's). With a user namespace, the rootfs is chowned into its range, as
+// an idmapped delta shows it.
+func newEnvWith(t *testing.T, opts Options) *env {
+	t.Helper()
 	if skipReason != "" {
 		t.Skip("runc executor: " + skipReason)
 	}
@@ -109,7 +118,13 @@ func newEnv(t *testing.T) *env {
 	// A namespace (cgroup parent) per env keeps tests that run in
 	// parallel and reuse ids apart.
 	ns := fmt.Sprintf("%s-%d", testNamespace, envSeq.Add(1))
-	e, err := New(Options{StateDir: filepath.Join(dir, "state"), Init: initPath, Namespace: ns})
+	if r := opts.UserNS; r.Count > 0 {
+		if err := chownTree(rootfs, int(r.Start)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts.StateDir, opts.Init, opts.Namespace = filepath.Join(dir, "state"), initPath, ns
+	e, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,3 +303,17 @@ func (v *env) containerPids(t *testing.T, id string) []procStat {
 }
 
 func isClass(err, class error) bool { return errors.Is(err, class) }
+
+// chownTree shifts every owner under dir by base (ids 0.. become base..).
+func chownTree(dir string, base int) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		return unix.Lchown(p, base+int(st.Uid), base+int(st.Gid))
+	})
+}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	gorunc "github.com/containerd/go-runc"
+	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/executor"
 )
@@ -45,13 +46,45 @@ type Options struct {
 	// CommandTimeout bounds every runc control command (run, pause,
 	// resume, delete, state, list, ps). 30s when zero.
 	CommandTimeout time.Duration
+	// UserNS, if its Count is not zero, runs every container in a user
+	// namespace whose ids 0..Count-1 are host ids Start..Start+Count-1: the
+	// container's root is an unprivileged host user. The rootfs must show
+	// its files with ids in that range (an idmapped delta, delta.IDMap),
+	// and users of the container and of execs must lie inside it.
+	UserNS IDRange
+	// UserNSDir is where containers in a user namespace see their rootfs
+	// from: runc mounts the rootfs as the namespace's root, which must be
+	// able to walk to it, and the state dir is private. Each rootfs is
+	// bind-mounted at UserNSDir/<Namespace>/<id>; the directory for the
+	// namespace is mode 0710 with the range's first id as its group, so no
+	// other host user can walk into it. "/run/esf-userns" when empty.
+	UserNSDir string
 	// Logger receives what the executor cannot return (a footprint it
 	// could not remove). Discarded when nil.
 	Logger *slog.Logger
 }
 
+// IDRange is a range of host ids.
+type IDRange struct {
+	Start, Count uint32
+}
+
+// host is in-container id k as a host id; k itself without a range.
+func (r IDRange) host(k uint32) (uint32, error) {
+	if r.Count == 0 {
+		return k, nil
+	}
+	if k >= r.Count {
+		return 0, fmt.Errorf("id %d outside the container's %d ids: %w", k, r.Count, executor.ErrInvalidArgument)
+	}
+	return r.Start + k, nil
+}
+
 func (o *Options) withDefaults() (Options, error) {
 	v := *o
+	if r := v.UserNS; r.Count > 0 && (r.Start == 0 || uint64(r.Start)+uint64(r.Count) > 1<<32-1) {
+		return v, fmt.Errorf("runc executor: user namespace range %d:%d: want host ids above 0: %w", r.Start, r.Count, executor.ErrInvalidArgument)
+	}
 	if v.StateDir == "" || !filepath.IsAbs(v.StateDir) {
 		return v, fmt.Errorf("runc executor: state dir %q: want an absolute path: %w", v.StateDir, executor.ErrInvalidArgument)
 	}
@@ -64,6 +97,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return v, fmt.Errorf("runc executor: init %s is not an executable file: %w", v.Init, executor.ErrInvalidArgument)
+	}
+	if v.UserNSDir == "" {
+		v.UserNSDir = "/run/esf-userns"
 	}
 	if v.Runtime == "" {
 		v.Runtime = "runc"
@@ -225,6 +261,14 @@ func (e *Executor) Start(ctx context.Context, id string, spec executor.Spec) (er
 	if err := checkLeaves(spec.Rootfs, mountLeaves(s.Mounts)); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	if e.opts.UserNS.Count > 0 {
+		p, err := e.bindRootfs(id, spec.Rootfs)
+		if err != nil {
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+		s.Root.Path = p
+		s.Annotations[annotationRootfs] = spec.Rootfs
+	}
 	// Recorded before runc makes anything, so that Stop (even after a
 	// crash) knows which mountpoints were ours.
 	created, err := absentFootprint(spec.Rootfs, mountLeaves(s.Mounts))
@@ -280,6 +324,9 @@ func (e *Executor) stopLocked(ctx context.Context, id string) error {
 	// first) and succeeds for an id runc does not know.
 	if err := e.rc.Delete(cctx, id, &gorunc.DeleteOpts{Force: true}); err != nil {
 		return fmt.Errorf("stop %s: runc delete: %w", id, err)
+	}
+	if err := e.unbindRootfs(id); err != nil {
+		return fmt.Errorf("stop %s: %w", id, err)
 	}
 	bundle := e.bundle(id)
 	var created []footprintEntry
@@ -369,7 +416,7 @@ func (e *Executor) state(ctx context.Context, id string) (executor.Info, error) 
 	defer cancel()
 	c, err := e.rc.State(cctx, id)
 	if err == nil {
-		return info(c), nil
+		return e.info(c), nil
 	}
 	if !strings.Contains(err.Error(), "does not exist") {
 		return executor.Info{}, fmt.Errorf("state %s: runc state: %w", id, err)
@@ -402,7 +449,7 @@ func (e *Executor) List(ctx context.Context, prefix string) ([]executor.Info, er
 	seen := map[string]bool{}
 	for _, c := range cs {
 		if strings.HasPrefix(c.ID, prefix) {
-			out = append(out, info(c))
+			out = append(out, e.info(c))
 			seen[c.ID] = true
 		}
 	}
@@ -416,6 +463,18 @@ func (e *Executor) List(ctx context.Context, prefix string) ([]executor.Info, er
 	}
 	slices.SortFunc(out, func(a, b executor.Info) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// info describes c with the rootfs it was started on, not the path runc
+// was given to it (bindRootfs).
+func (e *Executor) info(c *gorunc.Container) executor.Info {
+	i := info(c)
+	if strings.HasPrefix(i.Rootfs, e.opts.UserNSDir+"/") {
+		if p, err := bundleRootfs(e.bundle(c.ID)); err == nil {
+			i.Rootfs = p
+		}
+	}
+	return i
 }
 
 func info(c *gorunc.Container) executor.Info {
@@ -432,9 +491,13 @@ func bundleRootfs(bundle string) (string, error) {
 		Root struct {
 			Path string `json:"path"`
 		} `json:"root"`
+		Annotations map[string]string `json:"annotations"`
 	}
 	if err := readJSON(filepath.Join(bundle, "config.json"), &s); err != nil {
 		return "", err
+	}
+	if p := s.Annotations[annotationRootfs]; p != "" {
+		return p, nil // runc sees it through a bind mount (bindRootfs)
 	}
 	return s.Root.Path, nil
 }
@@ -480,4 +543,58 @@ func runcMessage(logPath string, err error) string {
 		return err.Error()
 	}
 	return last
+}
+
+// userNSRootfs is where a container in a user namespace sees its rootfs.
+func (e *Executor) userNSRootfs(id string) string {
+	return filepath.Join(e.opts.UserNSDir, e.opts.Namespace, id)
+}
+
+// bindRootfs bind-mounts rootfs where the user namespace's root can walk
+// to it (Options.UserNSDir) and returns that path.
+func (e *Executor) bindRootfs(id, rootfs string) (string, error) {
+	dir := filepath.Dir(e.userNSRootfs(id))
+	if err := os.MkdirAll(e.opts.UserNSDir, 0o711); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(dir, 0o710); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	// Every time: a directory left by an older run may have other owners.
+	if err := os.Chown(dir, 0, int(e.opts.UserNS.Start)); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o710); err != nil {
+		return "", err
+	}
+	p := e.userNSRootfs(id)
+	if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	if err := unix.Mount(rootfs, p, "", unix.MS_BIND, ""); err != nil {
+		os.Remove(p)
+		return "", fmt.Errorf("bind rootfs: %w", err)
+	}
+	// Nothing runc mounts under it may propagate back to the host.
+	if err := unix.Mount("", p, "", unix.MS_PRIVATE, ""); err != nil {
+		unix.Unmount(p, unix.MNT_DETACH)
+		os.Remove(p)
+		return "", fmt.Errorf("bind rootfs: %w", err)
+	}
+	return p, nil
+}
+
+// unbindRootfs undoes bindRootfs; nothing to do when it was not made.
+func (e *Executor) unbindRootfs(id string) error {
+	p := e.userNSRootfs(id)
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := unix.Unmount(p, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", p, err)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }

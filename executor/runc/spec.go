@@ -25,7 +25,10 @@ const (
 	// The init itself runs in "/": runc would create a missing cwd of the
 	// init inside the rootfs, one more footprint.
 	annotationWorkdir = "dev.esf.workdir"
-	defaultHostname   = "esf"
+	// annotationRootfs keeps the caller's rootfs when runc is given
+	// another path to it (bindRootfs).
+	annotationRootfs = "dev.esf.rootfs"
+	defaultHostname  = "esf"
 )
 
 // containerSpec is containerd's default spec (namespaces with a fresh
@@ -72,6 +75,22 @@ func (e *Executor) containerSpec(ctx context.Context, id string, s executor.Spec
 		oci.WithDefaultUnixDevices,
 		oci.WithNoNewPrivileges,
 		oci.WithAnnotations(map[string]string{annotationWorkdir: workdir}),
+	}
+	var drop []string
+	for _, c := range executor.DroppedCapabilities() {
+		if !slices.Contains(s.CapAdd, c) {
+			drop = append(drop, c)
+		}
+	}
+	opts = append(opts, oci.WithDroppedCapabilities(drop))
+	if r := e.opts.UserNS; r.Count > 0 {
+		for _, id := range []uint32{s.User.UID, s.User.GID} {
+			if _, err := r.host(id); err != nil {
+				return nil, fmt.Errorf("user %s: %w", s.User, err)
+			}
+		}
+		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: r.Start, Size: r.Count}}
+		opts = append(opts, oci.WithUserNamespace(m, m))
 	}
 	if l := s.Limits; l.MemoryBytes > 0 {
 		opts = append(opts, oci.WithMemoryLimit(uint64(l.MemoryBytes)))

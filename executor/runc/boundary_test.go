@@ -1,0 +1,143 @@
+package runc
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/executor"
+)
+
+// testUserNS is the id range boundary tests map containers to.
+var testUserNS = IDRange{Start: 1 << 30, Count: 65536}
+
+// hostIDs reads a process's real uid and gid as the host sees them.
+func hostIDs(t *testing.T, pid int) (uid, gid int) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && f[0] == "Uid:" {
+			uid, _ = strconv.Atoi(f[1])
+		}
+		if len(f) > 1 && f[0] == "Gid:" {
+			gid, _ = strconv.Atoi(f[1])
+		}
+	}
+	return uid, gid
+}
+
+// TestBoundary_SetuidInSandboxNotRootOnHost: the container's root is an
+// unprivileged host user. A setuid binary it makes is setuid to that user
+// on the host, not to root; it cannot make device nodes or give files
+// capabilities (CAP_MKNOD and CAP_SETFCAP dropped, and they would not
+// reach the host through the user namespace anyway).
+func TestBoundary_SetuidInSandboxNotRootOnHost(t *testing.T) {
+	v := newEnvWith(t, Options{UserNS: testUserNS})
+	v.start("uns", executor.Spec{})
+	if got := v.sh(t, "uns", "id -u; id -g"); got != "0\n0\n" {
+		t.Fatalf("inside, root is %q, want 0 0", got)
+	}
+	info, err := v.e.State(v.ctx, "uns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, gid := hostIDs(t, info.Pid); uid != int(testUserNS.Start) || gid != int(testUserNS.Start) {
+		t.Fatalf("the init runs as host %d:%d, want %d (the range's first id)", uid, gid, testUserNS.Start)
+	}
+	v.sh(t, "uns", "cp /bin/busybox /suid && chmod 4755 /suid")
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(v.rootfs, "suid"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid == 0 || st.Uid != testUserNS.Start {
+		t.Fatalf("a setuid file made by the sandbox's root is owned by host uid %d, want %d", st.Uid, testUserNS.Start)
+	}
+	caps := v.sh(t, "uns", "grep CapBnd /proc/self/status")
+	bnd, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(caps, "CapBnd:")), 16, 64)
+	if err != nil {
+		t.Fatalf("CapBnd %q: %v", caps, err)
+	}
+	for _, c := range []uint{unix.CAP_FSETID, unix.CAP_MKNOD, unix.CAP_SETFCAP} {
+		if bnd&(1<<c) != 0 {
+			t.Errorf("capability %d is in the bounding set %x", c, bnd)
+		}
+	}
+	if r := v.run(v.ctx, "uns", executor.ExecSpec{}, "mknod", "/blk", "b", "8", "0"); r.code == 0 {
+		t.Errorf("mknod of a block device succeeded inside")
+	}
+	// A user of the container is a host id of the range too.
+	u := executor.User{UID: 1000, GID: 1000}
+	if r := v.run(v.ctx, "uns", executor.ExecSpec{User: &u}, "sh", "-c", "touch /tmp/u && id -u"); r.code != 0 || r.stdout != "1000\n" {
+		t.Fatalf("exec as 1000: %+v", r)
+	}
+	if err := unix.Stat(filepath.Join(v.rootfs, "tmp/u"), &st); err != nil || st.Uid != testUserNS.Start+1000 {
+		t.Fatalf("a file of the container's uid 1000 is owned by host %d (%v), want %d", st.Uid, err, testUserNS.Start+1000)
+	}
+	// Outside the range: refused, not run as some other host user.
+	out := executor.User{UID: testUserNS.Count}
+	if r := v.run(v.ctx, "uns", executor.ExecSpec{User: &out}, "true"); !isClass(r.err, executor.ErrInvalidArgument) {
+		t.Fatalf("exec as a uid outside the range: %+v, want invalid argument", r)
+	}
+}
+
+// TestBoundary_CapAddGivesBackMknod: a policy may give a dropped
+// capability back, and only those.
+func TestBoundary_CapAddGivesBackMknod(t *testing.T) {
+	v := newEnv(t)
+	if err := v.e.Start(v.ctx, "bad", executor.Spec{Rootfs: v.rootfs, CapAdd: []string{"CAP_SYS_ADMIN"}}); !isClass(err, executor.ErrInvalidArgument) {
+		t.Fatalf("CapAdd CAP_SYS_ADMIN: %v, want invalid argument", err)
+	}
+	v.start("plain", executor.Spec{})
+	if r := v.run(v.ctx, "plain", executor.ExecSpec{}, "mknod", "/dev/shm/n", "c", "1", "3"); r.code == 0 {
+		t.Errorf("mknod succeeded without CAP_MKNOD")
+	}
+	root2 := filepath.Join(v.dir, "rootfs2")
+	if err := os.Rename(v.rootfs, root2); err != nil {
+		t.Fatal(err)
+	}
+	v.roots = append(v.roots, root2)
+	v.start("mk", executor.Spec{Rootfs: root2, CapAdd: []string{"CAP_MKNOD"}})
+	if r := v.run(v.ctx, "mk", executor.ExecSpec{}, "mknod", "/dev/shm/n", "c", "1", "3"); r.code != 0 {
+		t.Errorf("mknod with CAP_MKNOD given back: %+v", r)
+	}
+}
+
+// TestBoundary_PtraceInitFails: nothing in the sandbox can attach to its
+// PID 1 (the init is undumpable and the sandbox has no CAP_SYS_PTRACE),
+// so it cannot stop the init that serves every exec (finding 5).
+func TestBoundary_PtraceInitFails(t *testing.T) {
+	v := newEnvWith(t, Options{UserNS: testUserNS})
+	tracer := filepath.Join(v.rootfs, "ptrace")
+	cmd := exec.Command("go", "build", "-o", tracer, "./testdata/ptrace")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the tracer: %v: %s", err, out)
+	}
+	v.start("pt", executor.Spec{})
+	// The tracer can attach to a process of its own kind: the check is
+	// about the init, not about ptrace being off.
+	if got := v.sh(t, "pt", "sleep 60 & p=$!; /ptrace $p; kill $p"); got != "attached\n" {
+		t.Fatalf("attaching to a sibling: %q", got)
+	}
+	r := v.run(v.ctx, "pt", executor.ExecSpec{}, "/ptrace", "1")
+	if r.code == 0 || strings.Contains(r.stdout, "attached") {
+		t.Fatalf("attaching to the init: %+v", r)
+	}
+	// /proc/1/environ takes the same access check (ptrace_may_access).
+	if r := v.run(v.ctx, "pt", executor.ExecSpec{}, "cat", "/proc/1/environ"); r.code == 0 {
+		t.Fatalf("reading the init's environment succeeded: %+v", r)
+	}
+	// After all that, the init still serves execs.
+	if got := v.sh(t, "pt", "echo alive"); got != "alive\n" {
+		t.Fatalf("after the attempts: %q", got)
+	}
+}
