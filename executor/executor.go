@@ -214,6 +214,14 @@ type Limits struct {
 	CPUs float64
 }
 
+// The smallest limits a container starts and runs an exec under: runc's
+// setup and the init already use about 2 MiB, and the init's threads count
+// against the pids limit.
+const (
+	MinMemoryBytes = 8 << 20
+	MinPids        = 16
+)
+
 // CPUPeriod is the CFS period Limits.CPUs is expressed against.
 const CPUPeriod = 100 * time.Millisecond
 
@@ -222,8 +230,12 @@ func (l Limits) Validate() error {
 	switch {
 	case l.MemoryBytes < 0:
 		return fmt.Errorf("memory limit %d: %w", l.MemoryBytes, ErrInvalidArgument)
+	case l.MemoryBytes > 0 && l.MemoryBytes < MinMemoryBytes:
+		return fmt.Errorf("memory limit %d: under the %d bytes a container needs to start: %w", l.MemoryBytes, MinMemoryBytes, ErrInvalidArgument)
 	case l.Pids < 0:
 		return fmt.Errorf("pids limit %d: %w", l.Pids, ErrInvalidArgument)
+	case l.Pids > 0 && l.Pids < MinPids:
+		return fmt.Errorf("pids limit %d: under the %d a container needs to run an exec: %w", l.Pids, MinPids, ErrInvalidArgument)
 	case l.CPUs < 0 || math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0):
 		return fmt.Errorf("cpus limit %v: %w", l.CPUs, ErrInvalidArgument)
 	case l.CPUs > 0 && l.CPUQuota() < 1000:

@@ -51,7 +51,7 @@ func TestSpecValidate(t *testing.T) {
 		{"full", func(s *Spec) {
 			s.Env = []string{"A=1", "B="}
 			s.Workdir = "/w"
-			s.Limits = Limits{MemoryBytes: 1 << 20, Pids: 10, CPUs: 0.5}
+			s.Limits = Limits{MemoryBytes: MinMemoryBytes, Pids: MinPids, CPUs: 0.5}
 			s.Mounts = []Mount{{Source: "/x", Destination: "/.esf/lower", ReadOnly: true}, {Source: "/y", Destination: "/data"}}
 			s.Hostname = "box"
 		}, true},
@@ -62,6 +62,10 @@ func TestSpecValidate(t *testing.T) {
 		{"env NUL", func(s *Spec) { s.Env = []string{"A=\x00"} }, false},
 		{"relative workdir", func(s *Spec) { s.Workdir = "w" }, false},
 		{"negative pids", func(s *Spec) { s.Limits.Pids = -1 }, false},
+		{"1M of memory", func(s *Spec) { s.Limits.MemoryBytes = 1 << 20 }, false},
+		{"3 pids", func(s *Spec) { s.Limits.Pids = 3 }, false},
+		{"CapAdd of a capability never dropped", func(s *Spec) { s.CapAdd = []string{"CAP_SYS_ADMIN"} }, false},
+		{"CapAdd of a dropped one", func(s *Spec) { s.CapAdd = []string{"CAP_MKNOD"} }, true},
 		{"tiny cpus", func(s *Spec) { s.Limits.CPUs = 0.001 }, false},
 		{"NaN cpus", func(s *Spec) { s.Limits.CPUs = math.NaN() }, false},
 		{"relative mount source", func(s *Spec) { s.Mounts = []Mount{{Source: "x", Destination: "/d"}} }, false},

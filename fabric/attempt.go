@@ -56,13 +56,15 @@ type ActivateRequest struct {
 	// RetryOf names the failed attempt this one retries.
 	RetryOf string `json:"retry_of,omitempty"`
 	// MemoryBytes is the attempt's memory limit, reserved against the
-	// daemon's memory quota (DefaultAttemptMemory when zero and a memory
-	// quota is set).
+	// daemon's memory quota. When zero: the daemon's default memory limit
+	// for a runc attempt, else DefaultAttemptMemory when a memory quota is
+	// set. A runc attempt's cgroup gets the same number.
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 	// NoQueue refuses with quota_exceeded instead of queueing when the
 	// daemon is at capacity.
 	NoQueue bool `json:"no_queue,omitempty"`
-	// For runc attempts: the container's limits and defaults for execs.
+	// For runc attempts: the container's limits (zero: the daemon's
+	// defaults, Options.DefaultLimits) and defaults for execs.
 	Pids    int64    `json:"pids,omitempty"`
 	CPUs    float64  `json:"cpus,omitempty"`
 	Env     []string `json:"env,omitempty"`
@@ -82,6 +84,18 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 	if req.Executor == "" {
 		req.Executor = ExecutorNone
 	}
+	// The memory limit is the quota's reservation and, for a container,
+	// its cgroup's limit: one number, decided before either is made.
+	mem := req.MemoryBytes
+	if mem < 0 {
+		return AttemptView{}, fmt.Errorf("activate: negative memory: %w", journal.ErrInvalidArgument)
+	}
+	if mem == 0 && req.Executor == ExecutorRunc {
+		mem = f.opts.DefaultLimits.MemoryBytes
+	}
+	if mem == 0 && f.quota.maxMem > 0 {
+		mem = DefaultAttemptMemory
+	}
 	var container *ContainerConfig
 	switch req.Executor {
 	case ExecutorNone:
@@ -89,8 +103,15 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		if f.exec == nil {
 			return AttemptView{}, fmt.Errorf("activate: this daemon has no runc executor: %w", journal.ErrUnsupported)
 		}
+		limits := executor.Limits{MemoryBytes: mem, Pids: req.Pids, CPUs: req.CPUs}
+		if limits.Pids == 0 {
+			limits.Pids = f.opts.DefaultLimits.Pids
+		}
+		if limits.CPUs == 0 {
+			limits.CPUs = f.opts.DefaultLimits.CPUs
+		}
 		container = &ContainerConfig{Env: req.Env, Workdir: req.Workdir, User: req.User, Network: "none", Mounts: f.opts.ContainerMounts,
-			Limits: executor.Limits{MemoryBytes: req.MemoryBytes, Pids: req.Pids, CPUs: req.CPUs}}
+			Limits: limits}
 		if _, err := container.spec("/"); err != nil {
 			return AttemptView{}, fmt.Errorf("activate: %w", err)
 		}
@@ -124,13 +145,6 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 	ttl := time.Duration(req.TTLMillis) * time.Millisecond
 	if ttl == 0 {
 		ttl = DefaultLeaseTTL
-	}
-	mem := req.MemoryBytes
-	if mem < 0 {
-		return AttemptView{}, fmt.Errorf("activate: negative memory: %w", journal.ErrInvalidArgument)
-	}
-	if mem == 0 && f.quota.maxMem > 0 {
-		mem = DefaultAttemptMemory
 	}
 	if f.quota.maxMem > 0 && mem > f.quota.maxMem {
 		return AttemptView{}, fmt.Errorf("activate: %d bytes of memory can never fit the daemon's %d: %w", mem, f.quota.maxMem, journal.ErrInvalidArgument)

@@ -2,10 +2,16 @@ package fabric
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/esf-dev/esf/executor"
+	"github.com/esf-dev/esf/journal"
 )
 
 // TestBoundary_SealKeepsSandboxOwnership: a runc attempt's root is an
@@ -63,5 +69,115 @@ func TestBoundary_SealKeepsSandboxOwnership(t *testing.T) {
 	}
 	if out, _, code := run(t, f, b.AttemptID, "sh", "-c", "stat -c '%u:%g' /rootfile /home/userfile && echo again >> /rootfile"); out != "0:0\n1000:1000\n" || code != 0 {
 		t.Fatalf("owners inside the next container: %q, exit %d", out, code)
+	}
+}
+
+// cgroupLimits reads a container's memory, pids and CPU limits from its
+// cgroup (v1 or v2; runc's default namespace "esf"): -1 for unlimited.
+func cgroupLimits(t *testing.T, id string) (mem, pids int64, cpus float64) {
+	t.Helper()
+	read := func(p string) (string, bool) {
+		b, err := os.ReadFile(p)
+		return strings.TrimSpace(string(b)), err == nil
+	}
+	num := func(s string) int64 {
+		if s == "max" {
+			return -1
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("cgroup value %q: %v", s, err)
+		}
+		return n
+	}
+	const ns = "esf"
+	if v, ok := read(filepath.Join("/sys/fs/cgroup/memory", ns, id, "memory.limit_in_bytes")); ok {
+		mem = num(v)
+		if mem >= 1<<62 {
+			mem = -1
+		}
+		v, _ = read(filepath.Join("/sys/fs/cgroup/pids", ns, id, "pids.max"))
+		pids = num(v)
+		q, _ := read(filepath.Join("/sys/fs/cgroup/cpu", ns, id, "cpu.cfs_quota_us"))
+		p, _ := read(filepath.Join("/sys/fs/cgroup/cpu", ns, id, "cpu.cfs_period_us"))
+		if num(q) < 0 {
+			return mem, pids, -1
+		}
+		return mem, pids, float64(num(q)) / float64(num(p))
+	}
+	dir := filepath.Join("/sys/fs/cgroup", ns, id)
+	v, ok := read(filepath.Join(dir, "memory.max"))
+	if !ok {
+		t.Fatalf("no cgroup of %s (v1 or v2)", id)
+	}
+	mem = num(v)
+	v, _ = read(filepath.Join(dir, "pids.max"))
+	pids = num(v)
+	v, _ = read(filepath.Join(dir, "cpu.max"))
+	q, p, _ := strings.Cut(v, " ")
+	if q == "max" {
+		return mem, pids, -1
+	}
+	return mem, pids, float64(num(q)) / float64(num(p))
+}
+
+// TestBoundary_DefaultLimitsInCgroup: a runc attempt that names no limits
+// gets the daemon's defaults in its cgroup; one that names them gets its
+// own, field by field.
+func TestBoundary_DefaultLimitsInCgroup(t *testing.T) {
+	def := executor.Limits{MemoryBytes: 1 << 30, Pids: 1024, CPUs: 1}
+	f, g := openRuncWith(t, func(o *Options) { o.DefaultLimits = def })
+	ctx := context.Background()
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem, pids, cpus := cgroupLimits(t, a.AttemptID); mem != def.MemoryBytes || pids != def.Pids || cpus != def.CPUs {
+		t.Fatalf("a plain activation's cgroup: memory %d, pids %d, cpus %v; want the defaults %+v", mem, pids, cpus, def)
+	}
+	b, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc, MemoryBytes: 300 << 20, CPUs: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem, pids, cpus := cgroupLimits(t, b.AttemptID); mem != 300<<20 || pids != def.Pids || cpus != 0.5 {
+		t.Fatalf("with --memory 300M --cpus 0.5: memory %d, pids %d, cpus %v", mem, pids, cpus)
+	}
+	// A limit nothing can run under is the caller's mistake.
+	for _, req := range []ActivateRequest{{MemoryBytes: 1 << 20}, {Pids: 3}, {CPUs: 0.001}, {Pids: -1}} {
+		req.NodeID, req.Executor = g.Node.NodeID, ExecutorRunc
+		if _, err := f.Activate(ctx, req); !errors.Is(err, journal.ErrInvalidArgument) {
+			t.Errorf("activate %+v: %v, want invalid_argument", req, err)
+		}
+	}
+}
+
+// TestBoundary_QuotaMemoryEqualsCgroup: what an attempt reserves against
+// --max-memory is its cgroup's memory limit, with or without a default
+// and with or without its own.
+func TestBoundary_QuotaMemoryEqualsCgroup(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		def, own   int64
+		wantMemory int64
+	}{
+		{"quota only", 0, 0, DefaultAttemptMemory},
+		{"daemon default", 1 << 30, 0, 1 << 30},
+		{"own limit", 1 << 30, 200 << 20, 200 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, g := openRuncWith(t, func(o *Options) {
+				o.MaxMemoryBytes = 4 << 30
+				o.DefaultLimits.MemoryBytes = tc.def
+			})
+			a, err := f.Activate(context.Background(), ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc, MemoryBytes: tc.own})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reserved := f.quota.memOf(a.AttemptID)
+			mem, _, _ := cgroupLimits(t, a.AttemptID)
+			if reserved != tc.wantMemory || mem != tc.wantMemory {
+				t.Fatalf("reserved %d, cgroup %d; want both %d", reserved, mem, tc.wantMemory)
+			}
+		})
 	}
 }

@@ -20,6 +20,12 @@ var testUserNS = runc.IDRange{Start: 1 << 30, Count: 65536}
 // openRunc opens a fabric with a real runc executor and a busybox group.
 func openRunc(t *testing.T) (*Fabric, CreateGroupResult) {
 	t.Helper()
+	return openRuncWith(t, nil)
+}
+
+// openRuncWith is openRunc with mod applied to the fabric's options.
+func openRuncWith(t *testing.T, mod func(*Options)) (*Fabric, CreateGroupResult) {
+	t.Helper()
 	requireMounts(t)
 	if err := runctest.Check(); err != nil {
 		t.Skip(err)
@@ -39,7 +45,11 @@ func openRunc(t *testing.T) (*Fabric, CreateGroupResult) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Open(context.Background(), Options{StateDir: filepath.Join(dir, "state"), Executor: ex, IDMap: idmap})
+	opts := Options{StateDir: filepath.Join(dir, "state"), Executor: ex, IDMap: idmap}
+	if mod != nil {
+		mod(&opts)
+	}
+	f, err := Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

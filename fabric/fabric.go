@@ -58,6 +58,12 @@ type Options struct {
 	// runs at once (FR-08); zero means unbounded.
 	MaxLiveAttempts int
 	MaxMemoryBytes  int64
+	// DefaultLimits are a runc attempt's container limits where its
+	// activation names none (field by field; zero: unlimited). The memory
+	// limit is also what any attempt without its own reserves against
+	// MaxMemoryBytes (DefaultAttemptMemory when this is zero too), so the
+	// quota counts what the cgroup enforces.
+	DefaultLimits executor.Limits
 	// Executor runs runc attempts; nil refuses them (unsupported).
 	Executor executor.Executor
 	// IDMap, if set, is the user namespace the Executor runs containers

@@ -51,9 +51,10 @@ func (a *app) activateCommand() *cli.Command {
 			"overlay over the node's tree; write there, then suspend to seal the changes.\n" +
 			"The lease expires after --ttl unless renewed (esfctl lease renew); an expired\n" +
 			"attempt fails and its changes are dropped.\n\n" +
-			"A runc attempt's container is limited by --memory, --pids and --cpus, and its\n" +
-			"execs get --env, --workdir and --user as defaults. --memory is also what the\n" +
-			"attempt reserves against the daemon's --max-memory. An attempt beyond the\n" +
+			"A runc attempt's container is limited by --memory, --pids and --cpus (each\n" +
+			"defaults to the daemon's --default-memory, --default-pids, --default-cpus), and\n" +
+			"its execs get --env, --workdir and --user as defaults. Its memory limit is also\n" +
+			"what it reserves against the daemon's --max-memory. An attempt beyond the\n" +
 			"daemon's quotas waits queued, or with --no-queue fails with quota_exceeded\n" +
 			"(exit 7).",
 		Flags: []cli.Flag{

@@ -18,6 +18,7 @@ import (
 
 	"github.com/esf-dev/esf/api"
 	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/internal/size"
@@ -137,6 +138,21 @@ func serveFlags() []cli.Flag {
 			Usage: "total memory live attempts may reserve, e.g. 8G (empty: unbounded)",
 		},
 		&cli.StringFlag{
+			Name:  "default-memory",
+			Usage: "memory limit of a runc attempt that names none (--memory), and what it reserves against --max-memory (0: unlimited)",
+			Value: "1G",
+		},
+		&cli.Int64Flag{
+			Name:  "default-pids",
+			Usage: "processes and threads a runc attempt may have when it names no --pids (0: unlimited)",
+			Value: 1024,
+		},
+		&cli.Float64Flag{
+			Name:  "default-cpus",
+			Usage: "CPU time per wall second of a runc attempt that names no --cpus (0: unlimited)",
+			Value: 1,
+		},
+		&cli.StringFlag{
 			Name:  "metrics-addr",
 			Usage: "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464); off when empty",
 		},
@@ -193,6 +209,10 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
+	limits, err := defaultLimits(cmd)
+	if err != nil {
+		return err
+	}
 	userns, err := parseUserNSRange(cmd.String("userns-range"))
 	if err != nil {
 		return err
@@ -214,7 +234,7 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	}
 	defer wrt.Close(context.WithoutCancel(ctx))
 	opts := fabric.Options{StateDir: state, Logger: log, ProjectionCommand: projection,
-		MaxLiveAttempts: int(cmd.Int("max-attempts")), MaxMemoryBytes: maxMem, WASI: wrt, IDMap: idmap}
+		MaxLiveAttempts: int(cmd.Int("max-attempts")), MaxMemoryBytes: maxMem, WASI: wrt, IDMap: idmap, DefaultLimits: limits}
 	if ex != nil {
 		opts.Executor = ex
 	}
@@ -395,6 +415,19 @@ func runcExecutor(state, initPath string, userns runc.IDRange, log *slog.Logger)
 		return nil, fmt.Errorf("runc not found: %w", err)
 	}
 	return runc.New(runc.Options{StateDir: filepath.Join(state, "executor"), Init: initPath, UserNS: userns, Logger: log})
+}
+
+// defaultLimits reads --default-memory, --default-pids and --default-cpus.
+func defaultLimits(cmd *cli.Command) (executor.Limits, error) {
+	mem, err := size.Parse(cmd.String("default-memory"))
+	if err != nil {
+		return executor.Limits{}, fmt.Errorf("--default-memory: %w", err)
+	}
+	l := executor.Limits{MemoryBytes: mem, Pids: cmd.Int64("default-pids"), CPUs: cmd.Float64("default-cpus")}
+	if err := l.Validate(); err != nil {
+		return executor.Limits{}, fmt.Errorf("--default-memory, --default-pids, --default-cpus: %w", err)
+	}
+	return l, nil
 }
 
 // defaultUserNSRange is --userns-range's default: 65536 ids from 2^30,
