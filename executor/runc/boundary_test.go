@@ -1,12 +1,15 @@
 package runc
 
 import (
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -139,5 +142,43 @@ func TestBoundary_PtraceInitFails(t *testing.T) {
 	// After all that, the init still serves execs.
 	if got := v.sh(t, "pt", "echo alive"); got != "alive\n" {
 		t.Fatalf("after the attempts: %q", got)
+	}
+}
+
+// TestBoundary_TimeoutWithInitStopped: an exec in flight ends when its
+// context does even if the init that started it is stopped and never
+// reports the exit (finding 5: it used to wait for the lease).
+func TestBoundary_TimeoutWithInitStopped(t *testing.T) {
+	v := newEnv(t)
+	v.start("stp", executor.Spec{})
+	info, err := v.e.State(v.ctx, "stp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(v.ctx)
+	defer cancel()
+	var out syncBuffer
+	p, err := v.e.Exec(ctx, "stp", executor.ExecSpec{Args: []string{"sh", "-c", "echo started; exec sleep 1000"}, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, "started")
+	if err := unix.Kill(info.Pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Kill(info.Pid, unix.SIGCONT) })
+	cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Wait()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("wait: %v, want the exec's cancellation", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the exec outlived its context by a minute with the init stopped")
 	}
 }

@@ -400,6 +400,14 @@ func (p *process) watch(ctx context.Context) {
 		for _, f := range p.outs {
 			f.SetReadDeadline(time.Now())
 		}
+		// An init that does not report (stopped, or too slow to reap)
+		// must not hold the exec past its deadline either: its silence
+		// reads as the SIGKILL that was sent.
+		p.mu.Lock()
+		if p.conn != nil && !p.closed {
+			p.conn.SetReadDeadline(time.Now())
+		}
+		p.mu.Unlock()
 	}
 }
 

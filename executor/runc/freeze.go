@@ -13,10 +13,6 @@ import (
 	"github.com/esf-dev/esf/executor"
 )
 
-// freezeTimeout bounds how long Freeze waits for every task of the cgroup
-// to stop (a task in an uninterruptible sleep stops only when it wakes).
-const freezeTimeout = 5 * time.Second
-
 // cgroupFreezer freezes a container's cgroup by writing its freezer file
 // directly, as runc pause and resume do, without a runc invocation (tens
 // of milliseconds each): seal --keep-running of a container freezes and
@@ -50,8 +46,11 @@ func freezerOf(cgroupsPath string) (cgroupFreezer, bool) {
 }
 
 // set freezes (or thaws) and waits until every task has stopped. A freeze
-// that does not complete in time is undone and fails.
-func (f cgroupFreezer) set(ctx context.Context, frozen bool) error {
+// that does not complete within timeout (or before ctx ends) is undone and
+// fails. The wait is generous on purpose: a task stops only when it is
+// next scheduled, or when an uninterruptible sleep ends, and on a loaded
+// machine that takes seconds.
+func (f cgroupFreezer) set(ctx context.Context, frozen bool, timeout time.Duration) error {
 	val := f.off
 	if frozen {
 		val = f.freeze
@@ -62,15 +61,19 @@ func (f cgroupFreezer) set(ctx context.Context, frozen bool) error {
 	if !frozen {
 		return nil // thawing takes effect at once
 	}
-	deadline := time.Now().Add(freezeTimeout)
+	deadline := time.Now().Add(timeout)
 	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
 		done, err := f.frozen()
 		if err != nil || done {
 			return err
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
+		if err := ctx.Err(); err != nil {
 			os.WriteFile(f.state, []byte(f.off), 0)
-			return fmt.Errorf("tasks did not stop within %v (uninterruptible sleep?)", freezeTimeout)
+			return err
+		}
+		if time.Now().After(deadline) {
+			os.WriteFile(f.state, []byte(f.off), 0)
+			return fmt.Errorf("tasks did not stop within %v (uninterruptible sleep?)", timeout)
 		}
 		time.Sleep(wait)
 		if !f.v2 {
@@ -115,5 +118,5 @@ func (e *Executor) freezeCgroup(ctx context.Context, id string, frozen bool) (ha
 	if b, err := os.ReadFile(f.procs); err != nil || len(strings.TrimSpace(string(b))) == 0 {
 		return false, nil
 	}
-	return true, f.set(ctx, frozen)
+	return true, f.set(ctx, frozen, e.opts.CommandTimeout)
 }

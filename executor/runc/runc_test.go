@@ -393,3 +393,54 @@ func TestFreezeThroughCgroup(t *testing.T) {
 		t.Errorf("thaw of a stopped container: %v, want failed precondition", err)
 	}
 }
+
+// TestFreezeWhileExecing: a container busy forking and writing freezes
+// (every task stops, repeatedly) and thaws back to work; the exec in
+// flight survives both.
+func TestFreezeWhileExecing(t *testing.T) {
+	v := newEnv(t)
+	v.start("fzx", executor.Spec{})
+	ctx, cancel := context.WithCancel(v.ctx)
+	defer cancel()
+	var out syncBuffer
+	p, err := v.e.Exec(ctx, "fzx", executor.ExecSpec{Args: []string{"sh", "-c",
+		"i=0; (while :; do :; done) & while :; do i=$((i+1)); echo $i > /tmp/n; sh -c true; [ $i = 3 ] && echo started; done"},
+		Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, "started")
+	counter := func() string {
+		b, _ := os.ReadFile(filepath.Join(v.rootfs, "tmp/n"))
+		return string(b)
+	}
+	for range 5 {
+		if err := v.e.Freeze(v.ctx, "fzx"); err != nil {
+			t.Fatal(err)
+		}
+		// Frozen means no task runs: the counter cannot move. (Reading
+		// twice can only miss a bug, never invent one.)
+		before := counter()
+		time.Sleep(20 * time.Millisecond)
+		if after := counter(); after != before {
+			t.Fatalf("counter moved while frozen: %q -> %q", before, after)
+		}
+		if info, err := v.e.State(v.ctx, "fzx"); err != nil || info.Status != executor.StatusPaused {
+			t.Fatalf("state while frozen: %+v %v", info, err)
+		}
+		if err := v.e.Thaw(v.ctx, "fzx"); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for c := counter(); counter() == c; {
+			if time.Now().After(deadline) {
+				t.Fatal("no progress after thaw")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cancel()
+	if _, err := p.Wait(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("exec after the freezes: %v, want it cancelled by the test", err)
+	}
+}
