@@ -106,6 +106,13 @@ type Process interface {
 	Wait() (code int, err error)
 }
 
+// OOMReporter is implemented by a Process that can tell, once Wait has
+// returned, whether the kernel's OOM killer ended it (the container hit
+// its memory limit) rather than some other SIGKILL.
+type OOMReporter interface {
+	OOMKilled() bool
+}
+
 // Spec describes a container.
 type Spec struct {
 	// Rootfs is the container's root: an existing directory, absolute,

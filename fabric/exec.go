@@ -140,6 +140,9 @@ type ExecStreams struct {
 type ExecResult struct {
 	ExitCode int   `json:"exit_code"`
 	Millis   int64 `json:"ms"`
+	// OOMKilled: the kernel's OOM killer ended the command (exit 137)
+	// because the attempt hit its memory limit.
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // Exec runs a command in a live runc attempt. The command ends on its own,
@@ -203,6 +206,9 @@ func (f *Fabric) Exec(ctx context.Context, req ExecRequest, streams ExecStreams)
 	}
 	code, err := p.Wait()
 	res := ExecResult{ExitCode: code, Millis: time.Since(start).Milliseconds()}
+	if o, ok := p.(executor.OOMReporter); ok {
+		res.OOMKilled = o.OOMKilled()
+	}
 	if err != nil {
 		return res, fmt.Errorf("exec: %w", err)
 	}

@@ -81,6 +81,9 @@ func (a *app) execCommand() *cli.Command {
 				return err
 			}
 			a.exitCode = res.ExitCode
+			if res.OOMKilled {
+				fmt.Fprintln(os.Stderr, "esfctl: exec: killed by the OOM killer (the attempt's memory limit)")
+			}
 			return nil
 		}),
 	}

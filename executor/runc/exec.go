@@ -73,6 +73,8 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 	p := &process{
 		e:         e,
 		id:        id,
+		cgroup:    cgroupsPath,
+		oomBefore: oomKills(cgroupsPath),
 		drain:     e.opts.DrainTimeout,
 		runcPidfd: -1,
 		runcDone:  make(chan struct{}),
@@ -182,12 +184,31 @@ type process struct {
 	watchDone chan struct{}
 	killedBy  error // ctx.Err() when the watcher killed; read after watchDone
 
+	// cgroup is the container's cgroup path; oomBefore its OOM kill
+	// count when the exec started (-1: unknown).
+	cgroup    string
+	oomBefore int64
+	oomKilled bool
+
 	once sync.Once
 	code int
 	err  error
 }
 
-var _ executor.Process = (*process)(nil)
+// OOMKilled implements executor.OOMReporter: the exec ended by SIGKILL
+// while the kernel's OOM killer killed in the container. (With concurrent
+// execs, one SIGKILLed by someone else while another was OOM-killed reads
+// as OOM-killed too; the count says only that the container hit its
+// limit.)
+func (p *process) OOMKilled() bool {
+	p.Wait()
+	return p.oomKilled
+}
+
+var (
+	_ executor.Process     = (*process)(nil)
+	_ executor.OOMReporter = (*process)(nil)
+)
 
 func (p *process) Pid() int              { return p.pid }
 func (p *process) Stdin() io.WriteCloser { return p.stdin }
@@ -446,6 +467,9 @@ func (p *process) Wait() (int, error) {
 		}
 		p.pumps.Wait()
 		p.code, p.err = p.result()
+		if p.code == 128+int(unix.SIGKILL) && p.oomBefore >= 0 {
+			p.oomKilled = oomKills(p.cgroup) > p.oomBefore
+		}
 		p.release()
 	})
 	return p.code, p.err
