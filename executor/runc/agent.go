@@ -168,6 +168,13 @@ func (p *process) startAgent(ctx context.Context, cgroupsPath string, proc specs
 		return true, err
 	}
 	p.pid = pid
+	// The trampoline waits for the byte below before it runs the command:
+	// moved now, nothing the command starts is outside the exec cgroup.
+	if p.cg != nil {
+		if err := p.cg.add(pid); err != nil {
+			p.e.opts.Logger.Warn("runc executor: exec left in the container's cgroup", "id", p.id, "err", err)
+		}
+	}
 	// The process may run now. From here on it is the watcher's to kill,
 	// so ctx no longer cuts the handshake short.
 	if !stop() {

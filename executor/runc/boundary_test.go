@@ -182,3 +182,64 @@ func TestBoundary_TimeoutWithInitStopped(t *testing.T) {
 		t.Fatal("the exec outlived its context by a minute with the init stopped")
 	}
 }
+
+// TestBoundary_TimeoutKillsEscapedChildren: when an exec's context ends,
+// a daemon it started that left both its session and its process tree
+// (double fork, setsid: reparented to the init) dies with it, through
+// the init and through runc exec alike. A daemon of an earlier exec that
+// ended on its own lives on.
+func TestBoundary_TimeoutKillsEscapedChildren(t *testing.T) {
+	v := newEnv(t)
+	v.start("esc", executor.Spec{})
+	alive := func(arg string) bool {
+		for _, p := range v.containerPids(t, "esc") {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline")
+			if strings.Contains(string(b), arg) && p.state != 'Z' {
+				return true
+			}
+		}
+		return false
+	}
+	escape := func(n string) string {
+		return "(setsid sh -c 'echo > /tmp/d" + n + "; exec sleep " + n + "' </dev/null >/dev/null 2>&1 &); " +
+			"while [ ! -e /tmp/d" + n + " ]; do sleep 0.01; done; echo started; exec sleep 1000"
+	}
+	waitAlive := func(arg string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !alive(arg) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%q never ran", arg)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// An earlier exec's daemon, left running when that exec ended.
+	v.sh(t, "esc", "(setsid sh -c 'exec sleep 1999' </dev/null >/dev/null 2>&1 &)")
+	waitAlive("sleep\x001999")
+	for i, user := range []*executor.User{nil, {UID: 1000, GID: 1000}} {
+		n := strconv.Itoa(2001 + i)
+		ctx, cancel := context.WithCancel(v.ctx)
+		var out syncBuffer
+		p, err := v.e.Exec(ctx, "esc", executor.ExecSpec{Args: []string{"sh", "-c", escape(n)}, User: user, Stdout: &out})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.waitFor(t, "started")
+		waitAlive("sleep\x00" + n)
+		cancel()
+		if _, err := p.Wait(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("exec %d: %v, want cancelled", i, err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for alive("sleep\x00" + n) {
+			if time.Now().After(deadline) {
+				t.Fatalf("exec %d (user %v): its escaped daemon outlived the exec's kill", i, user)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if !alive("sleep\x001999") {
+		t.Fatal("an earlier exec's daemon was killed by a later exec's timeout")
+	}
+}

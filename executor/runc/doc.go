@@ -59,14 +59,25 @@
 // from it, input written to it, and Resize sizes it and sends runc the
 // SIGWINCH on which runc copies the size inward.
 //
-// Kill: the exec'd process is a session leader (runc, or the init, calls
-// setsid). When
-// an exec's context ends, Exec kills the process, its session and its
-// descendants, found through the container's cgroup and signalled through
-// pidfds checked against the start time, so a recycled pid is never hit.
-// A daemon that left both the session and the tree before the kill lives
-// on until Stop; if it holds runc's pipes, runc itself is killed after a
-// grace period so that Wait still returns.
+// Kill: every exec gets a cgroup of its own below the container's
+// (execcgroup.go; v1: in the freezer hierarchy), entered before its command
+// runs (the init's trampoline waits for it; runc exec --cgroup), so
+// everything the exec starts stays there whatever session or parent it
+// takes. When an exec's context ends, Exec kills that cgroup (v1: freeze,
+// SIGKILL every task, thaw; v2: cgroup.kill), and then the process, its
+// session and its descendants as the container's cgroup shows them,
+// signalled through pidfds checked against the start time, so a recycled
+// pid is never hit. An exec that ended on its own leaves its background
+// processes running; its cgroup goes when they do, or with the container.
+// If something holds the output past the kill, runc is killed after a
+// grace period so that Wait still returns, and an init that does not
+// report the exit (stopped) counts as having reported the SIGKILL.
+//
+// Containers run in a user namespace when Options.UserNS says so: the
+// container's ids 0..Count-1 are host ids Start.., its rootfs is
+// bind-mounted where the namespace's root can walk to it (runc mounts the
+// rootfs as that root), and CAP_FSETID, CAP_SETFCAP and CAP_MKNOD are
+// dropped unless Spec.CapAdd gives them back. The init is undumpable.
 //
 // runc itself is always called with a context that a caller's cancellation
 // does not reach (go-runc would SIGKILL runc, which leaves half-made

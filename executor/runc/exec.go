@@ -85,6 +85,12 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 			p.release()
 		}
 	}()
+	// Without an exec cgroup, a kill still reaches the session and the
+	// descendants (killTree).
+	if p.cg, err = newExecCgroup(cgroupsPath); err != nil {
+		e.opts.Logger.Warn("runc executor: exec without a cgroup of its own", "id", id, "err", err)
+		p.cg, err = nil, nil
+	}
 	if err := p.setupIO(x, proc.User); err != nil {
 		return nil, fmt.Errorf("exec %s: %w", id, err)
 	}
@@ -116,6 +122,9 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 	rc.LogFormat = gorunc.JSON
 	started := make(chan int, 1)
 	opts := &gorunc.ExecOpts{IO: p.io, PidFile: pidPath, LogFile: logPath, Started: started}
+	if p.cg != nil {
+		opts.ExtraArgs = []string{"--cgroup", p.cg.runcArg()}
+	}
 	// runc runs detached from ctx: go-runc would SIGKILL it on
 	// cancellation, orphaning the process inside. The watcher kills the
 	// process tree instead, and runc then exits on its own.
@@ -171,6 +180,8 @@ type process struct {
 	// conn is the init's connection of an exec it started (agent.go),
 	// nil for runc exec.
 	conn *net.UnixConn
+	// cg is the exec's own cgroup; nil when none could be made.
+	cg *execCgroup
 
 	// runcPidfd names the runc exec process, for SIGWINCH and, as a last
 	// resort, SIGKILL; -1 if it could not be opened.
@@ -410,6 +421,12 @@ func (p *process) watch(ctx context.Context) {
 	// stopped. When the kill reaches a child before the main process, a
 	// shell can exit on its own with a normal status; that is still a kill.
 	p.killedBy = ctx.Err()
+	if p.cg != nil {
+		// Everything the exec started, wherever it went.
+		if err := p.cg.kill(p.e.opts.CommandTimeout); err != nil {
+			p.e.opts.Logger.Warn("runc executor: kill exec cgroup", "id", p.id, "err", err)
+		}
+	}
 	p.e.killTree(p.id, p.pid)
 	select {
 	case <-p.runcDone:
@@ -518,6 +535,9 @@ func (p *process) release() {
 	p.mu.Unlock()
 	if p.dir != "" {
 		os.RemoveAll(p.dir)
+	}
+	if p.cg != nil {
+		p.cg.remove()
 	}
 }
 

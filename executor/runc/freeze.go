@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,9 +48,16 @@ func freezerOf(cgroupsPath string) (cgroupFreezer, bool) {
 
 // set freezes (or thaws) and waits until every task has stopped. A freeze
 // that does not complete within timeout (or before ctx ends) is undone and
-// fails. The wait is generous on purpose: a task stops only when it is
-// next scheduled, or when an uninterruptible sleep ends, and on a loaded
-// machine that takes seconds.
+// fails.
+//
+// A freeze can deadlock: a thread in execve waits (uninterruptibly) for
+// its sibling threads to exit, and they are frozen first and never do
+// (seen with runc's init right after a start, and possible for any
+// multithreaded program in the sandbox). So a freeze that has not
+// completed after a while is thawed for a moment, letting such an exec
+// finish, and tried again, with growing patience; the total wait is
+// generous, since on a loaded machine a task stops only when next
+// scheduled.
 func (f cgroupFreezer) set(ctx context.Context, frozen bool, timeout time.Duration) error {
 	val := f.off
 	if frozen {
@@ -62,18 +70,49 @@ func (f cgroupFreezer) set(ctx context.Context, frozen bool, timeout time.Durati
 		return nil // thawing takes effect at once
 	}
 	deadline := time.Now().Add(timeout)
-	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
-		done, err := f.frozen()
-		if err != nil || done {
-			return err
+	patience := 100 * time.Millisecond
+	for {
+		until := time.Now().Add(patience)
+		if until.After(deadline) {
+			until = deadline
 		}
-		if err := ctx.Err(); err != nil {
-			os.WriteFile(f.state, []byte(f.off), 0)
+		done, err := f.await(ctx, until)
+		if err != nil || done {
+			if err != nil {
+				os.WriteFile(f.state, []byte(f.off), 0)
+			}
 			return err
 		}
 		if time.Now().After(deadline) {
+			diag := f.diagnose()
 			os.WriteFile(f.state, []byte(f.off), 0)
-			return fmt.Errorf("tasks did not stop within %v (uninterruptible sleep?)", timeout)
+			return fmt.Errorf("tasks did not stop within %v (uninterruptible sleep?): %s", timeout, diag)
+		}
+		// Thaw, let what was stuck run, freeze again.
+		if err := os.WriteFile(f.state, []byte(f.off), 0); err != nil {
+			return err
+		}
+		time.Sleep(patience / 10)
+		if err := os.WriteFile(f.state, []byte(f.freeze), 0); err != nil {
+			return err
+		}
+		patience = min(2*patience, 3*time.Second)
+	}
+}
+
+// await polls until the freeze completes (true), ctx ends (its error) or
+// the deadline passes (false).
+func (f cgroupFreezer) await(ctx context.Context, deadline time.Time) (bool, error) {
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		done, err := f.frozen()
+		if err != nil || done {
+			return done, err
+		}
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		if time.Now().After(deadline) {
+			return false, nil
 		}
 		time.Sleep(wait)
 		if !f.v2 {
@@ -113,10 +152,53 @@ func (e *Executor) freezeCgroup(ctx context.Context, id string, frozen bool) (ha
 	if !ok {
 		return false, nil
 	}
-	// A cgroup without tasks is a container that stopped (its init
-	// died): runc says so with the right error.
-	if b, err := os.ReadFile(f.procs); err != nil || len(strings.TrimSpace(string(b))) == 0 {
+	// A cgroup without live tasks is a container that stopped (its init
+	// died): runc says so with the right error. A dying process stays
+	// listed, as a zombie, while its other threads exit.
+	if !anyAlive(f.procs) {
 		return false, nil
 	}
 	return true, f.set(ctx, frozen, e.opts.CommandTimeout)
+}
+
+// anyAlive reports whether a cgroup.procs file lists a process that is
+// not a zombie.
+func anyAlive(procs string) bool {
+	b, err := os.ReadFile(procs)
+	if err != nil {
+		return false
+	}
+	for f := range strings.FieldsSeq(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		if st, err := readStat(pid); err == nil && st.state != 'Z' && st.state != 'X' {
+			return true
+		}
+	}
+	return false
+}
+
+// diagnose describes the cgroup's threads for a freeze that did not
+// complete: id, name, state and where each sleeps in the kernel.
+func (f cgroupFreezer) diagnose() string {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(f.procs), "tasks"))
+	if err != nil {
+		b, err = os.ReadFile(filepath.Join(filepath.Dir(f.procs), "cgroup.threads"))
+	}
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for tid := range strings.FieldsSeq(string(b)) {
+		stat, _ := os.ReadFile("/proc/" + tid + "/stat")
+		wchan, _ := os.ReadFile("/proc/" + tid + "/wchan")
+		st := string(stat)
+		if i := strings.LastIndexByte(st, ')'); i > 0 && i+3 < len(st) {
+			st = st[strings.IndexByte(st, '(')+1:i] + " " + st[i+2:i+3]
+		}
+		out = append(out, tid+" "+st+" "+string(wchan))
+	}
+	return strings.Join(out, "; ")
 }
