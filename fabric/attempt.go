@@ -70,6 +70,9 @@ type ActivateRequest struct {
 	Env     []string `json:"env,omitempty"`
 	Workdir string   `json:"workdir,omitempty"`
 	User    string   `json:"user,omitempty"` // UID[:GID]
+	// CapAdd gives the container capabilities dropped by default
+	// (executor.DroppedCapabilities); anything else is invalid_argument.
+	CapAdd []string `json:"cap_add,omitempty"`
 }
 
 // Activate creates an active attempt on a draft or sealed node with a fresh
@@ -111,7 +114,7 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 			limits.CPUs = f.opts.DefaultLimits.CPUs
 		}
 		container = &ContainerConfig{Env: req.Env, Workdir: req.Workdir, User: req.User, Network: "none", Mounts: f.opts.ContainerMounts,
-			Limits: limits}
+			Limits: limits, CapAdd: req.CapAdd}
 		if _, err := container.spec("/"); err != nil {
 			return AttemptView{}, fmt.Errorf("activate: %w", err)
 		}

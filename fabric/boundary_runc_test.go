@@ -143,7 +143,7 @@ func TestBoundary_DefaultLimitsInCgroup(t *testing.T) {
 		t.Fatalf("with --memory 300M --cpus 0.5: memory %d, pids %d, cpus %v", mem, pids, cpus)
 	}
 	// A limit nothing can run under is the caller's mistake.
-	for _, req := range []ActivateRequest{{MemoryBytes: 1 << 20}, {Pids: 3}, {CPUs: 0.001}, {Pids: -1}} {
+	for _, req := range []ActivateRequest{{MemoryBytes: 1 << 20}, {Pids: 3}, {CPUs: 0.001}, {Pids: -1}, {CapAdd: []string{"CAP_SYS_ADMIN"}}} {
 		req.NodeID, req.Executor = g.Node.NodeID, ExecutorRunc
 		if _, err := f.Activate(ctx, req); !errors.Is(err, journal.ErrInvalidArgument) {
 			t.Errorf("activate %+v: %v, want invalid_argument", req, err)
@@ -179,5 +179,25 @@ func TestBoundary_QuotaMemoryEqualsCgroup(t *testing.T) {
 				t.Fatalf("reserved %d, cgroup %d; want both %d", reserved, mem, tc.wantMemory)
 			}
 		})
+	}
+}
+
+// TestBoundary_OOMKilledReported: a command the OOM killer ends at the
+// attempt's memory limit says so in its result; a command that is sent
+// SIGKILL otherwise does not.
+func TestBoundary_OOMKilledReported(t *testing.T) {
+	f, g := openRunc(t)
+	ctx := context.Background()
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc, MemoryBytes: 32 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.Exec(ctx, ExecRequest{AttemptID: a.AttemptID, Args: []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"}}, ExecStreams{})
+	if err != nil || res.ExitCode != 137 || !res.OOMKilled {
+		t.Fatalf("256M in a 32M attempt: %+v, %v; want exit 137 and oom_killed", res, err)
+	}
+	res, err = f.Exec(ctx, ExecRequest{AttemptID: a.AttemptID, Args: []string{"sh", "-c", "kill -9 $$"}}, ExecStreams{})
+	if err != nil || res.ExitCode != 137 || res.OOMKilled {
+		t.Fatalf("kill -9 of itself: %+v, %v; want exit 137 without oom_killed", res, err)
 	}
 }

@@ -147,23 +147,3 @@ func TestSealErrorShowsNoHostPath(t *testing.T) {
 		t.Fatalf("seal of a missing upper dir: %v", err)
 	}
 }
-
-// TestBoundary_OOMKilledReported: a command the OOM killer ends at the
-// attempt's memory limit says so in its result; a command that is sent
-// SIGKILL otherwise does not.
-func TestBoundary_OOMKilledReported(t *testing.T) {
-	f, g := openRunc(t)
-	ctx := context.Background()
-	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc, MemoryBytes: 32 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := f.Exec(ctx, ExecRequest{AttemptID: a.AttemptID, Args: []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"}}, ExecStreams{})
-	if err != nil || res.ExitCode != 137 || !res.OOMKilled {
-		t.Fatalf("256M in a 32M attempt: %+v, %v; want exit 137 and oom_killed", res, err)
-	}
-	res, err = f.Exec(ctx, ExecRequest{AttemptID: a.AttemptID, Args: []string{"sh", "-c", "kill -9 $$"}}, ExecStreams{})
-	if err != nil || res.ExitCode != 137 || res.OOMKilled {
-		t.Fatalf("kill -9 of itself: %+v, %v; want exit 137 without oom_killed", res, err)
-	}
-}

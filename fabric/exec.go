@@ -32,6 +32,7 @@ type ContainerConfig struct {
 	Limits  executor.Limits  `json:"limits"`
 	Network string           `json:"network"` // "none": a namespace with loopback only
 	Mounts  []executor.Mount `json:"mounts,omitempty"`
+	CapAdd  []string         `json:"cap_add,omitempty"` // capabilities given back (executor.Spec.CapAdd)
 }
 
 // provenance is c as a sealed node's provenance pins it: the environment
@@ -57,7 +58,7 @@ func (c *ContainerConfig) provenance() any {
 }
 
 func (c ContainerConfig) spec(rootfs string) (executor.Spec, error) {
-	s := executor.Spec{Rootfs: rootfs, Env: c.Env, Workdir: c.Workdir, Limits: c.Limits, Mounts: c.Mounts}
+	s := executor.Spec{Rootfs: rootfs, Env: c.Env, Workdir: c.Workdir, Limits: c.Limits, Mounts: c.Mounts, CapAdd: c.CapAdd}
 	if c.User != "" {
 		u, err := executor.ParseUser(c.User)
 		if err != nil {

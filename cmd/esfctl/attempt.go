@@ -67,6 +67,7 @@ func (a *app) activateCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "env", Usage: "K=V in every exec's environment (repeatable)"},
 			&cli.StringFlag{Name: "workdir", Usage: "default working directory of execs, inside the attempt"},
 			&cli.StringFlag{Name: "user", Usage: "default UID:GID of execs"},
+			&cli.StringSliceFlag{Name: "cap-add", Usage: "give the container a capability dropped by default: CAP_FSETID, CAP_MKNOD, CAP_SETFCAP (repeatable)"},
 			idempotencyKeyFlag(),
 		},
 		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
@@ -79,7 +80,7 @@ func (a *app) activateCommand() *cli.Command {
 			}
 			req := fabric.ActivateRequest{NodeID: cmd.Args().First(), Executor: cmd.String("executor"), TTLMillis: ttl,
 				NoQueue: cmd.Bool("no-queue"), Pids: cmd.Int64("pids"), CPUs: cmd.Float64("cpus"),
-				Workdir: cmd.String("workdir"), User: cmd.String("user")}
+				Workdir: cmd.String("workdir"), User: cmd.String("user"), CapAdd: cmd.StringSlice("cap-add")}
 			if req.MemoryBytes, err = size.Parse(cmd.String("memory")); err != nil {
 				return fmt.Errorf("activate --memory: %v: %w", err, errdefs.ErrInvalidArgument)
 			}
