@@ -265,6 +265,7 @@ func (f *Fabric) importInSession(ctx context.Context, src ImportSource) (ingest.
 			return res, fmt.Errorf("import tar stream: %w", err)
 		}
 		f.log.Info("imported", "source", "tar stream", "root_id", res.Root, "files", res.Files, "new_objects", res.NewObjects)
+		f.returnMemory(res.Stats)
 		return res, nil
 	case src.Path != "":
 		if !filepath.IsAbs(src.Path) {
@@ -275,6 +276,7 @@ func (f *Fabric) importInSession(ctx context.Context, src ImportSource) (ingest.
 			return res, fmt.Errorf("import %s: %w", src.Path, err)
 		}
 		f.log.Info("imported", "source", src.Path, "root_id", res.Root, "files", res.Files, "new_objects", res.NewObjects)
+		f.returnMemory(res.Stats)
 		return res, nil
 	}
 	return ingest.Result{}, fmt.Errorf("import: nothing to import: %w", errdefs.ErrInvalidArgument)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/ingest"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -53,5 +54,23 @@ func TestReportCorrupt(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != a.String() || got[1] != b.String() {
 		t.Errorf("events %v", got)
+	}
+}
+
+// A large import hands its memory back at once; a small one does not pay
+// for a forced collection.
+func TestLargeImportReturnsMemory(t *testing.T) {
+	calls := 0
+	old := freeOSMemory
+	freeOSMemory = func() { calls++ }
+	defer func() { freeOSMemory = old }()
+	f := &Fabric{}
+	f.returnMemory(ingest.Stats{Files: 10, Dirs: 2})
+	if calls != 0 {
+		t.Errorf("a small import forced a collection")
+	}
+	f.returnMemory(ingest.Stats{Files: largeTree})
+	if calls != 1 {
+		t.Errorf("a large import did not return its memory")
 	}
 }

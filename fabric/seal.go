@@ -170,6 +170,7 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	sealed, err := ingest.Upper(ctx, f.store, baseID, delta.Layout{Dir: a.Runtime.PrivateDelta}.Upper(),
 		ingest.Options{Logger: f.log, Exclude: exclude})
 	if err == nil {
+		f.returnMemory(sealed.Stats)
 		err = failpoint.Inject(fpSealWritten)
 	}
 	// Release with the seal: unmount now, while a failed commit can still
