@@ -19,7 +19,7 @@ from .errors import (Conflict, Corrupt, DeadlineExceeded, Error, FailedPrecondit
                      InvalidArgument, NotFound, QuotaExceeded, StaleGeneration, Unauthenticated,
                      Unavailable, Unsupported)
 from .records import (AttemptRuntime, AttemptView, Change, Chunk, CollectReport, CreateGroupResult,
-                      DiffResult, Evaluation, Event, EvidenceResult, ExecResult, ExportResult,
+                      DiffResult, Dropped, Evaluation, Event, EvidenceResult, ExecResult, ExportResult,
                       FsckResult, Group, GroupView, ImportResult, Inspection, Lease, MergeResult,
                       MountResult, Node, NodeView, Problem, Provenance, ProvenanceRecord,
                       ProvenanceReport, Status, SuspendResult, Tree, TreeNode)
@@ -32,7 +32,7 @@ __all__ = [
     "InvalidArgument", "NotFound", "QuotaExceeded", "StaleGeneration", "Unauthenticated",
     "Unavailable", "Unsupported",
     "AttemptRuntime", "AttemptView", "Change", "Chunk", "CollectReport", "CreateGroupResult",
-    "DiffResult", "Evaluation", "Event", "EvidenceResult", "ExecResult", "ExportResult",
+    "DiffResult", "Dropped", "Evaluation", "Event", "EvidenceResult", "ExecResult", "ExportResult",
     "FsckResult", "Group", "GroupView", "ImportResult", "Inspection", "Lease", "MergeResult",
     "MountResult", "Node", "NodeView", "Problem", "Provenance", "ProvenanceRecord",
     "ProvenanceReport", "Status", "SuspendResult", "Tree", "TreeNode",

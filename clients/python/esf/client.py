@@ -18,7 +18,7 @@ from . import _http
 from .errors import (DeadlineExceeded, Error, InvalidArgument, Unavailable, code_for_status,
                      make_error)
 from .records import (AttemptView, Chunk, CollectReport, CreateGroupResult, DiffResult, Evaluation,
-                      Event, EvidenceResult, ExecResult, ExportResult, ForkResult, FsckResult,
+                      Dropped, Event, EvidenceResult, ExecResult, ExportResult, ForkResult, FsckResult,
                       GroupView, Group, ImportResult, Inspection, Lease, MergeResult, MountResult,
                       Node, NodeView, PruneResult, ProvenanceRecord, ProvenanceReport, Status,
                       SuspendResult, Tree)
@@ -576,7 +576,7 @@ class Client:
 
     def export(self, id: NodeRef, to: Union[str, "os.PathLike[str]", BinaryIO], format: str = "dir", *,
                base: Optional[NodeRef] = None, artifact: Optional[str] = None,
-               provenance: Optional[str] = None) -> ExportResult:
+               provenance: Optional[str] = None, preserve_privileged: bool = False) -> ExportResult:
         """Export a node's (or root's) tree with its signed provenance record.
 
         format "dir": into ``to``, a directory on the daemon's host (absent or
@@ -586,45 +586,61 @@ class Client:
         ``provenance`` (default, when to is a path, to + ".provenance.json").
         A stream that ends without the daemon's completion mark raises (and
         a file it was written to is removed); one written to a file object
-        must then be discarded by the caller."""
+        must then be discarded by the caller.
+
+        Setuid/setgid bits, security.* xattrs and device nodes are left out
+        of a dir or tar export (and counted in ``dropped``) unless
+        ``preserve_privileged``."""
         if format == "dir":
             if not isinstance(to, (str, os.PathLike)):
                 raise InvalidArgument("export dir: to is a directory path on the daemon's host")
             dest = self._hostpath(os.fspath(to)) or ""
             d = self._json("POST", "/v1/export-node", {
-                "id": _id(id), "to": dest, "artifact": artifact, "provenance": self._hostpath(provenance)},
+                "id": _id(id), "to": dest, "artifact": artifact, "provenance": self._hostpath(provenance),
+                "preserve_privileged": True if preserve_privileged else None},
                 mutation=True)
             return ExportResult("dir", str(d.get("root_id", "")), dest, int(d.get("bytes", 0)),
                                 ProvenanceRecord(dict(d.get("record") or {})),
-                                str(d.get("provenance", "")), int(d.get("files", 0)))
+                                str(d.get("provenance", "")), int(d.get("files", 0)),
+                                Dropped.from_json(d.get("dropped")))
         if format not in ("tar", "patch"):
             raise InvalidArgument(f"export: format {format!r}: want dir, tar or patch")
         if format == "patch" and base is None:
             raise InvalidArgument("export patch: base is required")
+        if format == "patch" and preserve_privileged:
+            raise InvalidArgument("export patch: preserve_privileged is for dir and tar exports")
         dest = os.fspath(to) if isinstance(to, (str, os.PathLike)) else ""
         rec = self.provenance(id, format, base=_id(base) if base is not None else None,
                               artifact=artifact, destination=dest or None)
         if format == "tar":
-            path = "/v1/export/" + urllib.parse.quote(_id(id), safe="") + ".tar"
+            path = "/v1/export/" + urllib.parse.quote(_id(id), safe="") + ".tar" + self._q(
+                preserve_privileged="true" if preserve_privileged else None)
         else:
             path = "/v1/patch" + self._q(base=_id(base) if base is not None else "", id=_id(id))
         if dest:
             try:
                 with open(dest, "wb") as f:
-                    root, n = self._stream_to(path, f, f"export {format} {_id(id)}")
+                    root, n, trailers = self._stream_to(path, f, f"export {format} {_id(id)}")
             except Error:
                 os.remove(dest)  # what came is cut short: not an export
                 raise
         else:
             assert not isinstance(to, (str, os.PathLike))
-            root, n = self._stream_to(path, to, f"export {format} {_id(id)}")
+            root, n, trailers = self._stream_to(path, to, f"export {format} {_id(id)}")
         ppath = provenance or (dest + ".provenance.json" if dest else "")
         if ppath:
             with open(ppath, "w", encoding="utf-8") as f:
                 f.write(rec.to_json())
-        return ExportResult(format, root or rec.root_id, dest, n, rec, ppath)
+        dropped = None
+        if format == "tar":
+            t = {k.lower(): v for k, v in trailers.items()}
+            try:
+                dropped = Dropped.from_json(json.loads(t.get("esf-dropped", "") or "{}"))
+            except ValueError:
+                dropped = Dropped()
+        return ExportResult(format, root or rec.root_id, dest, n, rec, ppath, dropped=dropped)
 
-    def _stream_to(self, path: str, w: BinaryIO, what: str) -> Tuple[str, int]:
+    def _stream_to(self, path: str, w: BinaryIO, what: str) -> Tuple[str, int, Mapping[str, str]]:
         call = _Call(False, None)
         resp = self._open("GET", path, call, timeout=None)
         n = 0
@@ -640,7 +656,7 @@ class Client:
             raise Unavailable(f"{what}: stream broken after {n} bytes: {e}", trace_id=call.trace_id) from e
         resp.close()
         _check_trailers(resp.trailers, f"{what}: after {n} bytes", call.trace_id)
-        return resp.header("Esf-Root-Id"), n
+        return resp.header("Esf-Root-Id"), n, resp.trailers
 
     def provenance(self, id: NodeRef, format: str, *, base: Optional[str] = None,
                    artifact: Optional[str] = None, destination: Optional[str] = None) -> ProvenanceRecord:

@@ -462,10 +462,28 @@ class ProvenanceRecord:
 
 
 @dataclass
+class Dropped:
+    """What an export left out because it could give privilege on the
+    host: setuid/setgid bits of files (``setid``), security.* xattrs and
+    device nodes; ``paths`` lists the first 100 affected paths."""
+    setid: int = 0
+    xattrs: int = 0
+    devices: int = 0
+    paths: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Optional[Mapping[str, Any]]) -> "Dropped":
+        d = d or {}
+        return cls(int(d.get("setid", 0)), int(d.get("xattrs", 0)), int(d.get("devices", 0)),
+                   [str(p) for p in d.get("paths") or []])
+
+
+@dataclass
 class ExportResult:
     """An export (dir, tar or patch) and its provenance record. ``to`` is
     where it was written; ``provenance`` where the record was written (empty
-    when it was not)."""
+    when it was not). ``dropped`` is what a dir or tar export left out
+    (None for a patch)."""
     format: str
     root_id: str
     to: str
@@ -473,6 +491,7 @@ class ExportResult:
     record: ProvenanceRecord
     provenance: str = ""
     files: int = 0
+    dropped: Optional[Dropped] = None
 
 
 @dataclass

@@ -288,6 +288,24 @@ class TestGraph(DaemonTest):
         self.assertEqual(cm.exception.paths, ["base.txt"])
         self.assertEqual(cm.exception.code, "conflict")
 
+    def test_export_drops_privileged(self) -> None:
+        need(os.geteuid() == 0, "a setuid file in the tree needs root")
+        src = self.tree_dir({"tool": "#!/bin/sh\n", "plain": "x\n"})
+        os.chmod(os.path.join(src, "tool"), 0o4755)
+        g = self.c.create_group(src)
+        out = os.path.join(self.tmpdir(), "out")
+        r = self.c.export(g.node, out)
+        self.assertEqual(r.dropped, esf.Dropped(setid=1, paths=["tool"]))
+        self.assertEqual(os.stat(os.path.join(out, "tool")).st_mode & 0o7777, 0o755)
+        for preserve, want in ((False, 0o755), (True, 0o4755)):
+            buf = io.BytesIO()
+            t = self.c.export(g.node, buf, "tar", preserve_privileged=preserve)
+            self.assertEqual(t.dropped, esf.Dropped() if preserve else esf.Dropped(setid=1, paths=["tool"]))
+            with tarfile.open(fileobj=io.BytesIO(buf.getvalue())) as tf:
+                self.assertEqual(tf.getmember("./tool").mode, want)
+        with self.assertRaises(esf.InvalidArgument):
+            self.c.export(g.node, io.BytesIO(), "patch", base=g.node, preserve_privileged=True)
+
     def test_diff_export_and_provenance(self) -> None:
         g = self.group({"keep.txt": "keep\n", "old.txt": "old\n"})
         kid = self.c.fork(g.node)[0]
