@@ -429,10 +429,17 @@ func (f *FS) verifyFD(ctx context.Context, id cas.ID, fd int) syscall.Errno {
 		return syscall.EIO
 	}
 	f.mu.Lock()
+	if len(f.verified) >= maxVerified {
+		// Forgetting only costs a hash on the next open of each blob.
+		clear(f.verified)
+	}
 	f.verified[id] = key
 	f.mu.Unlock()
 	return 0
 }
+
+// maxVerified bounds the blobs verifyFD remembers (about 100 bytes each).
+const maxVerified = 1 << 20
 
 // resident reports whether all size bytes of fd are in the page cache.
 func resident(fd int, size int64) bool {
