@@ -132,7 +132,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		d.fsys.setTimeouts(out)
 		return d.NewInode(ctx, c, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: out.Attr.Ino}), 0
 	}
-	n := &leafNode{fsys: d.fsys, entry: *e, ino: d.leafIno(e, p)}
+	n := &leafNode{fsys: d.fsys, entry: e, ino: d.leafIno(e, p)}
 	n.fillAttr(&out.Attr)
 	d.fsys.setTimeouts(out)
 	return d.NewInode(ctx, n, fs.StableAttr{Mode: typeMode(e.Type), Ino: n.ino}), 0
@@ -232,11 +232,14 @@ func (d *dirNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.E
 	return listxattr(d.tree.Xattrs, dest)
 }
 
-// leafNode is any non-directory: file, symlink, device or fifo.
+// leafNode is any non-directory: file, symlink, device or fifo. Its entry
+// points into the parent's decoded tree, which never changes: a copy would
+// cost some 200 bytes more per inode the kernel holds (a listing with
+// READDIRPLUS makes one for every entry).
 type leafNode struct {
 	fs.Inode
 	fsys  *FS
-	entry cas.Entry
+	entry *cas.Entry
 	ino   uint64
 }
 
@@ -250,7 +253,7 @@ var (
 )
 
 func (n *leafNode) fillAttr(out *fuse.Attr) {
-	e := &n.entry
+	e := n.entry
 	fillCommon(out, &e.Attr)
 	out.Mode = typeMode(e.Type) | e.Mode
 	out.Ino = n.ino
@@ -332,7 +335,7 @@ func (n *leafNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 			syscall.Close(fd)
 			return nil, 0, errno
 		}
-		if errno := n.fsys.checkHoles(ctx, &n.entry); errno != 0 {
+		if errno := n.fsys.checkHoles(ctx, n.entry); errno != 0 {
 			syscall.Close(fd)
 			return nil, 0, errno
 		}
@@ -341,7 +344,7 @@ func (n *leafNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if errno := n.fsys.verify(ctx, n.entry.ID); errno != 0 {
 		return nil, 0, errno
 	}
-	if errno := n.fsys.checkHoles(ctx, &n.entry); errno != 0 {
+	if errno := n.fsys.checkHoles(ctx, n.entry); errno != 0 {
 		return nil, 0, errno
 	}
 	return &streamHandle{fsys: n.fsys, id: n.entry.ID}, fuse.FOPEN_KEEP_CACHE, 0
