@@ -610,13 +610,11 @@ func (f *Fabric) unmountAttempt(a journal.Attempt, rt *journal.AttemptRuntime) e
 	if err := f.stopContainer(context.Background(), a); err != nil {
 		return err
 	}
-	f.mountMu.Lock()
-	defer f.mountMu.Unlock()
 	root := filepath.Join(f.attemptDir(a.AttemptID), "root")
 	if rt != nil && rt.Mount != "" {
 		root = rt.Mount
 	}
-	return delta.Unmount(root)
+	return f.unmountRoot(a, root)
 }
 
 // deleteDelta removes an ended attempt's private directory (its delta and

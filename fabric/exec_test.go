@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/executor/runc"
@@ -143,5 +144,46 @@ func TestFR09_MinimalImageRunsWithoutHelpers(t *testing.T) {
 	}
 	if out, _, _ := run(t, f, b.AttemptID, "cat", "/second"); out != "two\n" || cp.Attempt.State != journal.AttemptActive {
 		t.Fatalf("after a keep-running seal: %q, attempt %s", out, cp.Attempt.State)
+	}
+}
+
+// TestSuspendOfRuncAttemptWithBusyRoot: the root of a sealed runc attempt
+// that something on the host still holds after its container stopped (as
+// the kernel briefly does under concurrent activations) does not turn the
+// committed seal into an error: the suspend succeeds, the attempt is
+// released and its root detached, not left mounted.
+func TestSuspendOfRuncAttemptWithBusyRoot(t *testing.T) {
+	f, g := openRunc(t)
+	ctx := context.Background()
+	defer func(d time.Duration) { unmountRetry = d }(unmountRetry)
+	unmountRetry = 50 * time.Millisecond
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, code := run(t, f, a.AttemptID, "sh", "-c", "echo kept > /data"); code != 0 {
+		t.Fatalf("exec: %d", code)
+	}
+	busy, err := os.Open(filepath.Join(a.Root, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	res, err := f.Suspend(ctx, SuspendRequest{AttemptID: a.AttemptID})
+	if err != nil {
+		t.Fatalf("suspend of a runc attempt whose root is busy after the container stopped: %v", err)
+	}
+	if res.Node.Status != journal.NodeSealed || res.Attempt.State != journal.AttemptReleased {
+		t.Fatalf("suspend: node %s, attempt %s; want sealed and released", res.Node.Status, res.Attempt.State)
+	}
+	if delta.Mounted(a.Root) || upperInUse(filepath.Join(f.attemptDir(a.AttemptID), "delta")) {
+		t.Fatalf("root %s still mounted after the release", a.Root)
+	}
+	exp := filepath.Join(t.TempDir(), "exp")
+	if _, _, err := f.ExportDir(ctx, res.Node.NodeID, exp); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(exp, "data")); err != nil || string(b) != "kept\n" {
+		t.Fatalf("sealed node: data = %q, %v", b, err)
 	}
 }

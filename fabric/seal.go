@@ -103,7 +103,7 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 		if err := json.Unmarshal(prev, &res); err != nil {
 			return res, err
 		}
-		return res, f.finishSuspend(ctx, &res, req.KeepRunning)
+		return res, f.finishSuspend(ctx, &res, req.KeepRunning, res.Attempt.Executor == ExecutorRunc)
 	}
 	if a.Lease != nil && req.Token != 0 && req.Token != a.Lease.Token {
 		return res, staleToken(a.AttemptID, req.Token, a.Lease.Token)
@@ -222,7 +222,7 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 		return res, nil
 	}
 	unlockAttempt()
-	return res, f.finishSuspend(ctx, &res, req.KeepRunning)
+	return res, f.finishSuspend(ctx, &res, req.KeepRunning, a.Executor == ExecutorRunc)
 }
 
 // claimSeal marks attempt id as being sealed by this process; false if it
@@ -358,13 +358,23 @@ func commitSeal(tx journal.Tx, ci CallInfo, ids *journal.IDGen, req SuspendReque
 // finishSuspend releases a sealed attempt (unless it keeps running) and
 // refreshes the attempt view in res. It is idempotent: a replay or a
 // recovery after a crash completes what the first run left.
-func (f *Fabric) finishSuspend(ctx context.Context, res *SuspendResult, keepRunning bool) error {
+//
+// The seal has committed: with container (a runc attempt, whose stopped
+// container cannot hold its root; see unmountRoot) a failed release is
+// logged and the suspend still succeeds, with the attempt sealed and not
+// yet released (release, a replay or Recover finishes it). Without one, a
+// busy root is the caller's own process inside it, and the caller is told.
+func (f *Fabric) finishSuspend(ctx context.Context, res *SuspendResult, keepRunning, container bool) error {
 	if !keepRunning {
 		if err := failpoint.Inject(fpSealReleased); err != nil {
 			return err
 		}
 		if err := f.releaseSealed(ctx, res.Attempt.AttemptID); err != nil {
-			return fmt.Errorf("suspend: release: %w", err)
+			if !container {
+				return fmt.Errorf("suspend: release: %w", err)
+			}
+			f.log.Error("suspend: sealed, but the release failed: the attempt stays sealed until released",
+				"attempt_id", res.Attempt.AttemptID, "node_id", res.Node.NodeID, "err", err)
 		}
 	}
 	v, err := f.attemptView(ctx, res.Attempt.AttemptID)
