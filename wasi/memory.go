@@ -28,7 +28,32 @@ type limiter struct {
 	peak   atomic.Uint64 // bytes, largest size handed out
 	denied atomic.Uint64 // bytes, largest size refused; 0 if none
 
-	mems []*linearMemory // Allocate runs on the guest's goroutine, like recycle
+	// budget, if set, is the Runtime's budget for all running modules:
+	// every buffer handed out is charged to it (held), beyond what the
+	// run took before it started (charged grows to cover held), and
+	// recycle gives all of it back. overBudget: a grow was refused by the
+	// budget, not by limit.
+	budget        *budget
+	charged, held uint64
+	discarded     uint64 // outgrown buffers left to the garbage collector
+	overBudget    atomic.Bool
+	mems          []*linearMemory // Allocate runs on the guest's goroutine, like recycle
+}
+
+// charge counts a new buffer of capacity c against the budget; false if
+// the budget cannot take it.
+func (l *limiter) charge(c uint64) bool {
+	if l.budget == nil {
+		return true
+	}
+	if l.held+c > l.charged {
+		if !l.budget.tryAcquire(l.held + c - l.charged) {
+			return false
+		}
+		l.charged = l.held + c
+	}
+	l.held += c
+	return true
 }
 
 var _ experimental.MemoryAllocator = (*limiter)(nil)
@@ -54,19 +79,39 @@ func (l *limiter) note(size uint64, ok bool) {
 // it once the module is closed and its call has returned, when no guest
 // code can touch them; wazero's Free may come earlier (proc_exit frees
 // from inside the call), so Free only marks them.
-func (l *limiter) recycle() {
+//
+// It returns how many bytes of buffers the pool did not keep: the caller
+// may hand them back to the system.
+func (l *limiter) recycle() (dropped uint64) {
+	put := func(b []byte) {
+		if !putBuffer(b) {
+			dropped += uint64(cap(b))
+		}
+	}
 	for _, m := range l.mems {
 		if m.freed {
 			for _, b := range m.retired {
-				putBuffer(b)
+				put(b)
 			}
 			if m.buf != nil {
-				putBuffer(m.buf)
+				put(m.buf)
 			}
+		} else {
+			for _, b := range m.retired {
+				dropped += uint64(cap(b))
+			}
+			dropped += uint64(cap(m.buf))
 		}
 		m.buf, m.retired = nil, nil
 	}
 	l.mems = nil
+	if l.budget != nil {
+		l.budget.release(l.charged)
+		l.charged, l.held = 0, 0
+	}
+	dropped += l.discarded
+	l.discarded = 0
+	return dropped
 }
 
 // linearMemory grows like a slice, by doubling up to the limit, so a guest
@@ -91,10 +136,26 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 	if size <= uint64(cap(m.buf)) {
 		m.buf = m.buf[:size]
 	} else {
-		c := max(size, m.capacity, 2*uint64(cap(m.buf)))
-		b := getBuffer(size, min(c, m.l.limit))
+		want := min(max(size, m.capacity, 2*uint64(cap(m.buf))), m.l.limit)
+		if !m.l.charge(bufferCap(want)) {
+			// No room for the slack of doubling: try the size itself.
+			if want = size; !m.l.charge(bufferCap(want)) {
+				m.l.overBudget.Store(true)
+				m.l.note(size, false)
+				return nil
+			}
+		}
+		b := getBuffer(size, want)
 		copy(b, m.buf)
-		if m.buf != nil {
+		switch {
+		case m.buf == nil:
+		case m.l.budget != nil:
+			// Under a budget an outgrown buffer is not kept for the
+			// pool: it goes to the garbage collector now, and what it
+			// held is free for this run's (or another's) next growth.
+			m.l.held -= uint64(cap(m.buf))
+			m.l.discarded += uint64(cap(m.buf))
+		default:
 			m.retired = append(m.retired, m.buf)
 		}
 		m.buf = b
@@ -106,13 +167,21 @@ func (m *linearMemory) Reallocate(size uint64) []byte {
 func (m *linearMemory) Free() { m.freed = true }
 
 // The pool holds zeroed buffers of 8 MiB to 256 MiB capacity, in powers of
-// two: smaller ones are cheap to make, larger ones too costly to keep.
+// two: smaller ones are cheap to make, larger ones too costly to keep. It
+// keeps at most poolBytes (64 MiB: a warm Go guest's first buffers) in all: what runs grew to beyond that goes back
+// to the Go heap when they end, and from there to the system, so a burst
+// of large runs does not stay in the daemon.
 const (
 	minPooled = 8 << 20
 	maxPooled = 256 << 20
+	poolBytes = 64 << 20
 )
 
-var pools [6]sync.Pool // 8, 16, 32, 64, 128, 256 MiB
+var pool struct {
+	sync.Mutex
+	free  [6][][]byte // 8, 16, 32, 64, 128, 256 MiB
+	bytes uint64
+}
 
 func poolIndex(capacity uint64) int {
 	i := 0
@@ -122,27 +191,49 @@ func poolIndex(capacity uint64) int {
 	return i
 }
 
-// getBuffer returns a zeroed buffer of length size and capacity at least
-// want (capacity is rounded up to a pooled class when it fits one).
+// bufferCap is the capacity getBuffer(size, want) returns.
+func bufferCap(want uint64) uint64 {
+	if want > maxPooled {
+		return want
+	}
+	return uint64(minPooled) << poolIndex(max(want, minPooled))
+}
+
+// getBuffer returns a zeroed buffer of length size and capacity
+// bufferCap(want).
 func getBuffer(size, want uint64) []byte {
 	if want > maxPooled {
 		return make([]byte, size, want)
 	}
 	want = max(want, minPooled)
 	i := poolIndex(want)
-	if b, ok := pools[i].Get().(*[]byte); ok {
-		return (*b)[:size]
+	pool.Lock()
+	if n := len(pool.free[i]); n > 0 {
+		b := pool.free[i][n-1]
+		pool.free[i] = pool.free[i][:n-1]
+		pool.bytes -= uint64(cap(b))
+		pool.Unlock()
+		return b[:size]
 	}
+	pool.Unlock()
 	return make([]byte, size, uint64(minPooled)<<i)
 }
 
-// putBuffer clears b and keeps it if its capacity is a pooled class.
-func putBuffer(b []byte) {
+// putBuffer clears b and keeps it if its capacity is a pooled class and
+// the pool has room; it reports whether it kept it.
+func putBuffer(b []byte) bool {
 	c := uint64(cap(b))
 	if c < minPooled || c > maxPooled || c&(c-1) != 0 {
-		return
+		return false
+	}
+	pool.Lock()
+	defer pool.Unlock()
+	if pool.bytes+c > poolBytes {
+		return false
 	}
 	clear(b[:len(b)]) // what lies beyond len was never handed out
-	b = b[:0]
-	pools[poolIndex(c)].Put(&b)
+	i := poolIndex(c)
+	pool.free[i] = append(pool.free[i], b[:0])
+	pool.bytes += c
+	return true
 }

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -52,6 +53,15 @@ type Options struct {
 	// DefaultMemoryLimitPages applies when a Spec sets none; default
 	// 16384 pages (1 GiB). At most MaxMemoryLimitPages.
 	DefaultMemoryLimitPages uint32
+	// MemoryBudget bounds the linear memory of all running modules
+	// together, in bytes; 0: unbounded. A run takes its memory limit (at
+	// most the whole budget) before it starts, queued in arrival order
+	// until that fits; a declared minimum above the whole budget is
+	// ErrQuotaExceeded at once, and a growth past what the run took
+	// fails in the guest, as one beyond its own limit does. A run gives
+	// it all back when it ends. A smaller Spec.MemoryLimitPages lets more
+	// runs share the budget.
+	MemoryBudget uint64
 	// CompileWorkers compiles one module's functions in parallel; default
 	// GOMAXPROCS.
 	CompileWorkers int
@@ -179,6 +189,7 @@ type Runtime struct {
 	cache wazero.CompilationCache
 	rt    wazero.Runtime
 	mods  *modules
+	mem   *budget // nil: unbounded
 
 	mu     sync.Mutex
 	closed bool
@@ -214,6 +225,9 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r := &Runtime{opts: opts, cache: cache, rt: rt, active: map[*int]context.CancelFunc{}}
 	r.mods = newModules(r.compile, opts.MaxCompiled)
+	if opts.MemoryBudget > 0 {
+		r.mem = &budget{total: opts.MemoryBudget}
+	}
 	return r, nil
 }
 
@@ -316,8 +330,32 @@ func (r *Runtime) Run(ctx context.Context, spec Spec) (res Result, err error) {
 		return res, fmt.Errorf("compile %s: %v: %w", name, err, ErrInvalidArgument)
 	}
 	defer r.mods.release(m)
-	if need := minPages(m.cm); need > limit {
+	need := minPages(m.cm)
+	if need > limit {
 		return res, fmt.Errorf("run %s: it declares %d pages of memory, above its limit of %d: %w", name, need, limit, ErrQuotaExceeded)
+	}
+	lim := &limiter{limit: uint64(limit) * pageSize, budget: r.mem}
+	// Deferred first, so it runs last: after the module is closed. What
+	// the pool does not keep goes back to the system now, not whenever
+	// the scavenger gets to it: a daemon's memory returns after a burst.
+	defer func() {
+		if dropped := lim.recycle(); dropped >= 64<<20 {
+			debug.FreeOSMemory()
+		}
+	}()
+	if r.mem != nil {
+		floor := uint64(need) * pageSize
+		if floor > r.mem.total {
+			return res, fmt.Errorf("run %s: it declares %d MiB of memory, above the daemon's WASI memory budget of %d MiB: %w", name, floor>>20, r.mem.total>>20, ErrQuotaExceeded)
+		}
+		// The run takes its whole limit (at most the budget) before it
+		// starts, so that concurrent runs cannot starve each other by
+		// each holding part of the budget: beyond it, runs queue.
+		take := min(max(floor, lim.limit), r.mem.total)
+		if err := r.mem.acquire(runCtx, take); err != nil {
+			return res, fmt.Errorf("run %s: waiting for WASI memory: %w", name, stopped(ctx, runCtx))
+		}
+		lim.charged = take
 	}
 
 	fsc, closeFS, err := mounts(spec)
@@ -326,9 +364,6 @@ func (r *Runtime) Run(ctx context.Context, spec Spec) (res Result, err error) {
 	}
 	defer closeFS()
 
-	lim := &limiter{limit: uint64(limit) * pageSize}
-	// Deferred first, so it runs last: after the module is closed.
-	defer lim.recycle()
 	callCtx := experimental.WithMemoryAllocator(runCtx, lim)
 	cfg := wazero.NewModuleConfig().
 		WithName("").         // anonymous: any number may run at once
@@ -363,6 +398,9 @@ func (r *Runtime) Run(ctx context.Context, spec Spec) (res Result, err error) {
 	}
 	if err != nil {
 		if d := lim.denied.Load(); d > 0 {
+			if lim.overBudget.Load() {
+				return res, fmt.Errorf("run %s: initial memory of %d pages does not fit the daemon's WASI memory budget of %d MiB: %w", name, d/pageSize, r.mem.total>>20, ErrQuotaExceeded)
+			}
 			return res, fmt.Errorf("run %s: initial memory of %d pages above its limit of %d: %w", name, d/pageSize, limit, ErrQuotaExceeded)
 		}
 		if runCtx.Err() != nil {
@@ -403,6 +441,10 @@ func outcome(ctx, runCtx context.Context, name string, res Result, callErr error
 		if stderr != nil {
 			fmt.Fprintf(stderr, "wasi: %s trapped: %v\n", name, callErr)
 		}
+	}
+	if d := lim.denied.Load(); d > 0 && res.ExitCode != 0 && lim.overBudget.Load() {
+		return res, fmt.Errorf("run %s: a grow to %d pages did not fit the daemon's WASI memory budget of %d MiB (shared by all running modules), then it exited with code %d: %w",
+			name, (d+pageSize-1)/pageSize, lim.budget.total>>20, res.ExitCode, ErrQuotaExceeded)
 	}
 	if d := lim.denied.Load(); d > 0 && res.ExitCode != 0 {
 		return res, fmt.Errorf("run %s: exceeded its memory limit of %d pages (%d MiB): a grow to %d pages was refused, then it exited with code %d: %w",

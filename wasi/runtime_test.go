@@ -862,3 +862,88 @@ func TestReadModule(t *testing.T) {
 		t.Errorf("missing root: %v", err)
 	}
 }
+
+// TestRun_MemoryBudget: the runs of one Runtime share Options.MemoryBudget.
+// A minimum above the whole budget is refused at once; a run whose limit
+// does not fit now waits its turn; concurrent guests that together want
+// more than the budget run in turn, never over it; and everything is given
+// back when the runs end.
+func TestRun_MemoryBudget(t *testing.T) {
+	noLeak(t)
+	const budget = 96 << 20
+	r := newRuntime(t, wasi.Options{MemoryBudget: budget})
+	t.Run("minimum above the budget", func(t *testing.T) {
+		mod := wasitest.Module{MemMin: 2048, ExportMemory: true}.Bytes() // 128 MiB
+		o := run(t, r, context.Background(), wasi.Spec{Module: mod})
+		if !errors.Is(o.err, wasi.ErrQuotaExceeded) || !strings.Contains(o.err.Error(), "budget") {
+			t.Fatalf("Run: %v, want ErrQuotaExceeded naming the budget", o.err)
+		}
+	})
+	t.Run("queued", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		loop := wasitest.Module{MemMin: 960, ExportMemory: true, Start: []byte{0x03, 0x40, 0x0c, 0x00, 0x0b}}.Bytes() // 60 MiB, spins
+		first := make(chan outcome, 1)
+		go func() { first <- run(t, r, ctx, wasi.Spec{Module: loop}) }()
+		waitStats(t, r, func(s wasi.MemoryStats) bool { return s.InUse >= 60<<20 })
+		second := make(chan outcome, 1)
+		exit := wasitest.Module{ImportExit: true, MemMin: 960, ExportMemory: true,
+			Start: append(wasitest.I32Const(7), 0x10, 0)}.Bytes()
+		go func() { second <- run(t, r, context.Background(), wasi.Spec{Module: exit}) }()
+		waitStats(t, r, func(s wasi.MemoryStats) bool { return s.Waiting == 1 })
+		select {
+		case o := <-second:
+			t.Fatalf("second run did not wait for memory: %+v", o)
+		default:
+		}
+		cancel()
+		if o := <-first; !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("first run: %v", o.err)
+		}
+		if o := <-second; o.err != nil || o.res.ExitCode != 7 {
+			t.Fatalf("second run after the first ended: %v, exit %d", o.err, o.res.ExitCode)
+		}
+	})
+	t.Run("concurrent guests", func(t *testing.T) {
+		mod := wasitest.Guest(t)
+		const runs = 3
+		outs := make(chan outcome, runs)
+		for range runs {
+			go func() {
+				outs <- run(t, r, context.Background(), wasi.Spec{Module: mod, Args: []string{"guest", "alloc", "40"}})
+			}()
+		}
+		ok := 0
+		for range runs {
+			o := <-outs
+			switch {
+			case o.err == nil && o.stdout == "40\n":
+				ok++
+			case errors.Is(o.err, wasi.ErrQuotaExceeded) && strings.Contains(o.err.Error(), "budget"):
+				t.Logf("refused: %v", o.err)
+			default:
+				t.Errorf("Run: %v, exit %d, stdout %q, stderr %q", o.err, o.res.ExitCode, o.stdout, o.stderr)
+			}
+		}
+		// Each takes its limit (here the whole budget) before it starts:
+		// they run one after the other, and all of them finish.
+		if ok != runs {
+			t.Errorf("%d of %d runs finished; queued runs must all fit in turn", ok, runs)
+		}
+	})
+	s := r.MemoryStats()
+	if s.Budget != budget || s.InUse != 0 || s.Waiting != 0 || s.Peak > budget || s.Peak == 0 {
+		t.Fatalf("after the runs: %+v; want nothing in use and a peak within the budget", s)
+	}
+}
+
+func waitStats(t *testing.T, r *wasi.Runtime, cond func(wasi.MemoryStats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond(r.MemoryStats()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("memory stats never got there: %+v", r.MemoryStats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

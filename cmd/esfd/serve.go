@@ -153,6 +153,11 @@ func serveFlags() []cli.Flag {
 			Value: 1,
 		},
 		&cli.StringFlag{
+			Name:  "wasi-memory",
+			Usage: "total linear memory all running WASI modules may hold in esfd, e.g. 2G; a run waits for its module's minimum, a growth beyond is refused (0: unbounded)",
+			Value: "2G",
+		},
+		&cli.StringFlag{
 			Name:  "metrics-addr",
 			Usage: "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464); off when empty",
 		},
@@ -228,7 +233,11 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		log.Warn("runc attempts disabled", "reason", err)
 	}
-	wrt, err := wasi.New(ctx, wasi.Options{CacheDir: filepath.Join(state, "wasm-cache"), Logger: log})
+	wasiMem, err := size.Parse(cmd.String("wasi-memory"))
+	if err != nil {
+		return fmt.Errorf("--wasi-memory: %w", err)
+	}
+	wrt, err := wasi.New(ctx, wasi.Options{CacheDir: filepath.Join(state, "wasm-cache"), Logger: log, MemoryBudget: uint64(wasiMem)})
 	if err != nil {
 		return err
 	}
