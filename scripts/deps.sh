@@ -17,7 +17,8 @@ set -euo pipefail
 #   diffutils       diff -r in the end-to-end tests
 #   python3         the Python client's suite (e2e TestPython_Client)
 #   mypy            make lint: mypy --strict clients/python
-packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils python3 mypy)
+#   btrfs-progs     delta/: the disk pool that limits attempts' deltas (mkfs.btrfs, btrfs quota)
+packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils python3 mypy btrfs-progs)
 
 missing=()
 for p in "${packages[@]}"; do
