@@ -91,6 +91,15 @@ func OpenPool(dir, image string) (*Pool, error) {
 
 func bytes(b []byte) string { return strings.TrimSpace(string(b)) }
 
+// ClosePool closes the pool mounted at dir, if there is one.
+func ClosePool(dir, image string) error {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil || st.Type != btrfsMagic || !Mounted(dir) {
+		return nil
+	}
+	return (&Pool{Dir: dir, Image: image}).Close()
+}
+
 // Close unmounts the pool and deletes its image. Every delta must be gone.
 func (p *Pool) Close() error {
 	if err := unix.Unmount(p.Dir, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {

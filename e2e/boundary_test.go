@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -220,4 +222,56 @@ func rss(t *testing.T, pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// TestBoundary_DiskLimit: an attempt cannot write past its --disk, from
+// inside its container: the write fails with EDQUOT (or ENOSPC), the host
+// file system gives the delta no more than the limit, and many small files
+// hit the same limit (metadata counts), so 100k files do not fit in 4 MiB.
+func TestBoundary_DiskLimit(t *testing.T) {
+	requireRunc(t)
+	d := startDaemon(t) // --default-disk 10G
+	g := createGroup(t, d, busyboxTree(t, d))
+	const limit = 32 << 20
+	a := activate(t, d, g.Node.NodeID, "--executor", "runc", "--disk", "32M")
+	// The first activation made the pool.
+	image := filepath.Join(d.state, "attempts.img")
+	before := allocated(t, image)
+	r := d.ctl(nil, "exec", a.AttemptID, "--", "/bin/busybox", "dd", "if=/dev/zero", "of=/big", "bs=1M", "count=100", "conv=fsync")
+	if r.code == 0 || !strings.Contains(r.stderr, "quota") && !strings.Contains(r.stderr, "space") {
+		t.Fatalf("writing 100 MiB under --disk 32M: exit %d, stderr %q; want a failure with EDQUOT or ENOSPC", r.code, r.stderr)
+	}
+	r = d.mustCtl(nil, "exec", a.AttemptID, "--", "/bin/busybox", "stat", "-c", "%s", "/big")
+	written, _ := strconv.ParseInt(strings.TrimSpace(r.stdout), 10, 64)
+	grown := allocated(t, image) - before
+	t.Logf("%d MiB written under a 32 MiB limit; the pool's image grew by %d MiB", written>>20, grown>>20)
+	if written > limit || written < limit/2 {
+		t.Errorf("%d bytes written under a limit of %d", written, limit)
+	}
+	// The delta's data, its metadata (btrfs keeps two copies) and the
+	// pool's own trees: the limit plus a few MiB.
+	if grown > limit+16<<20 {
+		t.Errorf("the host gave the pool %d MiB for a delta limited to %d MiB", grown>>20, limit>>20)
+	}
+	d.mustCtl(nil, "release", a.AttemptID)
+
+	b := activate(t, d, g.Node.NodeID, "--executor", "runc", "--disk", "4M")
+	defer d.mustCtl(nil, "release", b.AttemptID)
+	r = d.ctl(nil, "exec", b.AttemptID, "--", "/bin/sh", "-c",
+		`mkdir /many && cd /many && i=0; while [ $i -lt 100000 ]; do true > f$i || { echo $i; exit 1; }; i=$((i+1)); done`)
+	n, _ := strconv.Atoi(strings.TrimSpace(r.stdout))
+	t.Logf("files made under --disk 4M: %d (exit %d, %s)", n, r.code, strings.TrimSpace(r.stderr))
+	if r.code == 0 || n == 0 || n >= 100000 {
+		t.Fatalf("100k files under --disk 4M: exit %d, stdout %q, stderr %q; want a failure part way", r.code, r.stdout, r.stderr)
+	}
+}
+
+// allocated is the disk space a (sparse) file takes.
+func allocated(t *testing.T, path string) int64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
 }

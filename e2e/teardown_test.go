@@ -39,9 +39,9 @@ func (d *daemon) teardown() {
 }
 
 // esfMounts lists, with findmnt, the FUSE projections, their binds and the
-// attempt overlays mounted under dir.
+// attempt overlays mounted under dir, and the disk pool (btrfs) of their deltas.
 func esfMounts(dir string) []string {
-	out, err := exec.Command("findmnt", "-rn", "-o", "TARGET", "-t", "fuse.esf,overlay").Output()
+	out, err := exec.Command("findmnt", "-rn", "-o", "TARGET", "-t", "fuse.esf,overlay,btrfs").Output()
 	if err != nil && len(out) == 0 {
 		return nil // findmnt exits 1 when nothing matches
 	}

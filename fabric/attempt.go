@@ -60,6 +60,10 @@ type ActivateRequest struct {
 	// for a runc attempt, else DefaultAttemptMemory when a memory quota is
 	// set. A runc attempt's cgroup gets the same number.
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// DiskBytes limits the bytes (data and metadata, so also the number
+	// of files) the attempt's delta may hold: writes past it fail inside
+	// with EDQUOT. Default: the daemon's DefaultDiskBytes.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
 	// NoQueue refuses with quota_exceeded instead of queueing when the
 	// daemon is at capacity.
 	NoQueue bool `json:"no_queue,omitempty"`
@@ -152,6 +156,17 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 	if f.quota.maxMem > 0 && mem > f.quota.maxMem {
 		return AttemptView{}, fmt.Errorf("activate: %d bytes of memory can never fit the daemon's %d: %w", mem, f.quota.maxMem, journal.ErrInvalidArgument)
 	}
+	disk := req.DiskBytes
+	switch {
+	case disk < 0:
+		return AttemptView{}, fmt.Errorf("activate: negative disk limit: %w", journal.ErrInvalidArgument)
+	case disk > 0 && f.opts.DefaultDiskBytes <= 0:
+		return AttemptView{}, fmt.Errorf("activate: this daemon does not limit disk use (esfd --default-disk): %w", journal.ErrUnsupported)
+	case disk > 0 && disk < minDisk:
+		return AttemptView{}, fmt.Errorf("activate: disk limit %d below the minimum of %d: %w", disk, minDisk, journal.ErrInvalidArgument)
+	case disk == 0:
+		disk = f.opts.DefaultDiskBytes
+	}
 	boot, err := delta.BootID()
 	if err != nil {
 		return AttemptView{}, fmt.Errorf("activate: %w", err)
@@ -164,7 +179,7 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 	// The default root is mounted while the commit flushes (see premount).
 	var pre *premount
 	if admitted && req.Root == "" {
-		pre = f.startPremount(ctx, req.NodeID, req.Executor)
+		pre = f.startPremount(ctx, req.NodeID, req.Executor, disk)
 	}
 	err = f.mutate(ctx, op, req, &av, func(tx journal.Tx, ci CallInfo) (any, error) {
 		n, err := journal.GetNode(tx, req.NodeID)
@@ -216,7 +231,7 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		// it is done leaves an attempt that Recover can place. BootID: the
 		// mount happens in this boot (a queued attempt records its own
 		// when it starts).
-		d := rtData{TTLMillis: ttl.Milliseconds(), MemoryBytes: mem, Container: container, BaseRootID: n.RootID}
+		d := rtData{TTLMillis: ttl.Milliseconds(), MemoryBytes: mem, DiskBytes: disk, Container: container, BaseRootID: n.RootID}
 		if admitted {
 			d.BootID = boot
 		}
@@ -322,7 +337,7 @@ type premount struct {
 // startPremount draws an attempt id and starts mounting the default root
 // of an attempt on node over its root; nil if the node cannot be
 // activated (the commit will say why).
-func (f *Fabric) startPremount(ctx context.Context, nodeID, executor string) *premount {
+func (f *Fabric) startPremount(ctx context.Context, nodeID, executor string, disk int64) *premount {
 	var n journal.Node
 	if err := f.journal.View(ctx, func(r journal.Reader) error {
 		var err error
@@ -340,7 +355,7 @@ func (f *Fabric) startPremount(ctx context.Context, nodeID, executor string) *pr
 	go func() {
 		f.mountMu.Lock()
 		defer f.mountMu.Unlock()
-		_, _, err := f.mountLocked(context.WithoutCancel(ctx), aid, n.RootID, l, "")
+		_, _, err := f.mountLocked(context.WithoutCancel(ctx), aid, n.RootID, l, "", disk)
 		p.done <- err
 	}()
 	return p
@@ -359,6 +374,28 @@ func (f *Fabric) endPremount(p *premount, keep bool) {
 	}
 	f.deleteDelta(p.attemptID)
 }
+
+// ensurePool makes or adopts the disk pool if deltas are limited and
+// reports whether there is one. f.mountMu is held. A pool that cannot be
+// made (no btrfs-progs; deltas made without limits still in the attempts
+// directory) is logged once, and deltas are not limited.
+func (f *Fabric) ensurePool() bool {
+	if f.pool != nil || f.poolFailed || f.opts.DefaultDiskBytes <= 0 {
+		return f.pool != nil
+	}
+	p, err := delta.OpenPool(filepath.Join(f.stateDir, "attempts"), filepath.Join(f.stateDir, "attempts.img"))
+	if err != nil {
+		f.poolFailed = true
+		f.log.Warn("attempts' disk use is not limited: no disk pool", "err", err)
+		return false
+	}
+	f.pool = p
+	return true
+}
+
+// minDisk is the smallest disk limit an activation may ask for: an empty
+// btrfs subvolume and the overlay's work directory take a few KiB.
+const minDisk = 1 << 20
 
 // attemptDir is the worker-local home of an attempt's delta.
 func (f *Fabric) attemptDir(attemptID string) string {
@@ -422,7 +459,7 @@ func (f *Fabric) mountDelta(ctx context.Context, a journal.Attempt, base string,
 		json.Unmarshal(rt.Data, &d)
 	}
 	l := f.layout(a, base, root)
-	mounted, boot, err := f.mountLocked(ctx, a.AttemptID, base, l, d.BootID)
+	mounted, boot, err := f.mountLocked(ctx, a.AttemptID, base, l, d.BootID, d.DiskBytes)
 	if err != nil || !mounted {
 		return false, err
 	}
@@ -444,10 +481,22 @@ func (f *Fabric) mountDelta(ctx context.Context, a journal.Attempt, base string,
 // mountLocked mounts the delta of attempt id over root base at l unless
 // something is mounted at l.Root already (then mounted is false). bootID
 // is the boot the delta was last mounted in, if known; boot is the
-// current one. f.mountMu is held.
-func (f *Fabric) mountLocked(ctx context.Context, id, base string, l delta.Layout, bootID string) (mounted bool, boot string, err error) {
+// current one. A new delta in the disk pool is made with limit disk (the
+// daemon's default if 0). f.mountMu is held.
+func (f *Fabric) mountLocked(ctx context.Context, id, base string, l delta.Layout, bootID string, disk int64) (mounted bool, boot string, err error) {
 	if delta.Mounted(l.Root) {
 		return false, "", nil
+	}
+	if f.ensurePool() && strings.HasPrefix(l.Dir, f.pool.Dir+"/") {
+		if disk <= 0 {
+			disk = f.opts.DefaultDiskBytes
+		}
+		if err := os.Mkdir(filepath.Dir(l.Dir), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return false, "", err
+		}
+		if err := f.pool.NewDelta(l.Dir, disk); err != nil {
+			return false, "", err
+		}
 	}
 	if boot, err = delta.BootID(); err != nil {
 		return false, "", err

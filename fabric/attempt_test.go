@@ -11,7 +11,10 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/internal/testenv"
 	"github.com/esf-dev/esf/journal"
 	"github.com/esf-dev/esf/journal/failpoint"
 )
@@ -380,5 +383,76 @@ func TestReaperDeletesQueuedAndLateDeltas(t *testing.T) {
 	f.deleteDelta("att_late")
 	if _, err := os.Stat(late); !os.IsNotExist(err) {
 		t.Errorf("delta deleted after Close left: %v", err)
+	}
+}
+
+// TestActivateDiskLimit: with DefaultDiskBytes a delta lives in the disk
+// pool and takes writes up to its limit (the activation's, or the
+// default), EDQUOT past it; a bad limit is invalid; StopAll unmounts the
+// pool. Without a pool an explicit limit is unsupported.
+func TestActivateDiskLimit(t *testing.T) {
+	requireMounts(t)
+	testenv.Require(t, "cmd:mkfs.btrfs", "cmd:btrfs")
+	ctx := context.Background()
+	plain, _ := openCounted(t)
+	pg := newGroup(t, plain, map[string]string{"a": "1"})
+	if _, err := plain.Activate(ctx, ActivateRequest{NodeID: pg.Node.NodeID, DiskBytes: 8 << 20}); !errors.Is(err, journal.ErrUnsupported) {
+		t.Fatalf("--disk without a pool: %v, want unsupported", err)
+	}
+
+	f, err := Open(ctx, Options{StateDir: t.TempDir(), DefaultDiskBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := filepath.Join(f.stateDir, "attempts")
+	t.Cleanup(func() {
+		if err := f.StopAll(context.Background()); err != nil {
+			t.Errorf("StopAll: %v", err)
+		}
+		f.Close()
+		if delta.Mounted(pool) {
+			t.Errorf("disk pool %s still mounted after StopAll", pool)
+		}
+	})
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	for _, bad := range []int64{-1, 1000} {
+		if _, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, DiskBytes: bad}); !errors.Is(err, journal.ErrInvalidArgument) {
+			t.Errorf("disk limit %d: %v, want invalid argument", bad, err)
+		}
+	}
+	const limit = 8 << 20
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, DiskBytes: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !delta.Mounted(pool) {
+		t.Fatalf("no disk pool at %s", pool)
+	}
+	big, err := os.Create(filepath.Join(a.Root, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	var wrote int64
+	buf := make([]byte, 1<<20)
+	for wrote < 4*limit {
+		n, err := big.Write(buf)
+		wrote += int64(n)
+		if err == nil {
+			err = big.Sync()
+		}
+		if err != nil {
+			if !errors.Is(err, unix.EDQUOT) {
+				t.Fatalf("write past the limit: %v, want EDQUOT", err)
+			}
+			break
+		}
+	}
+	if wrote > limit {
+		t.Fatalf("wrote %d bytes under a limit of %d", wrote, limit)
+	}
+	big.Close()
+	if _, err := f.Release(ctx, ReleaseRequest{AttemptID: a.AttemptID}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -64,6 +64,12 @@ type Options struct {
 	// MaxMemoryBytes (DefaultAttemptMemory when this is zero too), so the
 	// quota counts what the cgroup enforces.
 	DefaultLimits executor.Limits
+	// DefaultDiskBytes is the disk limit of an attempt's delta when its
+	// activation sets none; zero: deltas are not limited (and an
+	// activation that asks for a limit is refused). With a limit the
+	// deltas live in a disk pool (delta.Pool) that the first mount of a
+	// delta mounts on the state dir's attempts directory.
+	DefaultDiskBytes int64
 	// Executor runs runc attempts; nil refuses them (unsupported).
 	Executor executor.Executor
 	// IDMap, if set, is the user namespace the Executor runs containers
@@ -175,6 +181,13 @@ type Fabric struct {
 	gcStats gcTotals
 	exec    executor.Executor
 	wasm    *wasi.Runtime
+	// pool holds the deltas when DefaultDiskBytes is set, made (or
+	// adopted) by the first mount that needs it (ensurePool), as the
+	// projection is: a daemon that runs no attempt mounts nothing.
+	// poolFailed: it could not be made; deltas are then not limited.
+	// Both under mountMu.
+	pool       *delta.Pool
+	poolFailed bool
 	// provKey authenticates provenance records this daemon writes.
 	provKey []byte
 

@@ -160,6 +160,8 @@ type rtData struct {
 	// MemoryBytes stays as its reservation against the memory quota.
 	TTLMillis   int64 `json:"ttl_ms,omitempty"`
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// DiskBytes is the limit of the delta, set when it is made (0: none).
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
 	// Container is the runc attempt's container configuration.
 	Container *ContainerConfig `json:"container,omitempty"`
 	// BootID is the machine's boot (delta.BootID) when the delta was

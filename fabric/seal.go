@@ -618,5 +618,11 @@ func (f *Fabric) StopAll(ctx context.Context) error {
 	if err := f.projection.Stop(); err != nil {
 		errs = append(errs, err)
 	}
+	// The disk pool goes last, once every delta in it is deleted; it is
+	// unmounted whatever this process's options (esfd stop-all).
+	f.reaping.Wait()
+	if err := delta.ClosePool(filepath.Join(f.stateDir, "attempts"), filepath.Join(f.stateDir, "attempts.img")); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }

@@ -62,6 +62,7 @@ func (a *app) activateCommand() *cli.Command {
 			ttlFlag(fmt.Sprintf("lease time to live (default %v)", fabric.DefaultLeaseTTL)),
 			&cli.BoolFlag{Name: "no-queue", Usage: "fail with quota_exceeded instead of waiting when the daemon is at capacity"},
 			&cli.StringFlag{Name: "memory", Usage: "memory limit, e.g. 512M or 2G (K, M, G, T: powers of 1024)"},
+			&cli.StringFlag{Name: "disk", Usage: "limit on what the attempt may write (bytes and, through metadata, files), e.g. 1G (default: the daemon's --default-disk)"},
 			&cli.Int64Flag{Name: "pids", Usage: "limit on processes and threads in the container"},
 			&cli.Float64Flag{Name: "cpus", Usage: "CPU time per wall second, in CPUs (e.g. 1.5)"},
 			&cli.StringSliceFlag{Name: "env", Usage: "K=V in every exec's environment (repeatable)"},
@@ -83,6 +84,9 @@ func (a *app) activateCommand() *cli.Command {
 				Workdir: cmd.String("workdir"), User: cmd.String("user"), CapAdd: cmd.StringSlice("cap-add")}
 			if req.MemoryBytes, err = size.Parse(cmd.String("memory")); err != nil {
 				return fmt.Errorf("activate --memory: %v: %w", err, errdefs.ErrInvalidArgument)
+			}
+			if req.DiskBytes, err = size.Parse(cmd.String("disk")); err != nil {
+				return fmt.Errorf("activate --disk: %v: %w", err, errdefs.ErrInvalidArgument)
 			}
 			if req.Pids < 0 || req.CPUs < 0 {
 				return fmt.Errorf("activate: negative --pids or --cpus: %w", errdefs.ErrInvalidArgument)

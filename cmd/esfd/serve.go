@@ -153,6 +153,11 @@ func serveFlags() []cli.Flag {
 			Value: 1,
 		},
 		&cli.StringFlag{
+			Name:  "default-disk",
+			Usage: "disk limit of an attempt's delta (bytes and, through metadata, files) when its activation sets none, e.g. 10G; deltas then live in a btrfs pool under the state dir (0: no limits)",
+			Value: "10G",
+		},
+		&cli.StringFlag{
 			Name:  "wasi-memory",
 			Usage: "total linear memory all running WASI modules may hold in esfd, e.g. 2G; a run waits for its module's minimum, a growth beyond is refused (0: unbounded)",
 			Value: "2G",
@@ -233,6 +238,10 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		log.Warn("runc attempts disabled", "reason", err)
 	}
+	defaultDisk, err := size.Parse(cmd.String("default-disk"))
+	if err != nil {
+		return fmt.Errorf("--default-disk: %w", err)
+	}
 	wasiMem, err := size.Parse(cmd.String("wasi-memory"))
 	if err != nil {
 		return fmt.Errorf("--wasi-memory: %w", err)
@@ -243,7 +252,8 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	}
 	defer wrt.Close(context.WithoutCancel(ctx))
 	opts := fabric.Options{StateDir: state, Logger: log, ProjectionCommand: projection,
-		MaxLiveAttempts: int(cmd.Int("max-attempts")), MaxMemoryBytes: maxMem, WASI: wrt, IDMap: idmap, DefaultLimits: limits}
+		MaxLiveAttempts: int(cmd.Int("max-attempts")), MaxMemoryBytes: maxMem, WASI: wrt, IDMap: idmap, DefaultLimits: limits,
+		DefaultDiskBytes: defaultDisk}
 	if ex != nil {
 		opts.Executor = ex
 	}
