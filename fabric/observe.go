@@ -33,3 +33,13 @@ func (f *Fabric) GC() (runs, deleted, bytesReclaimed int64) {
 type gcTotals struct {
 	runs, deleted, bytes atomic.Int64
 }
+
+// WASIMemory returns the WASI runtime's memory budget (0: unbounded or no
+// runtime), what running modules hold of it and how many runs wait.
+func (f *Fabric) WASIMemory() (budget, inUse uint64, waiting int) {
+	if f.wasm == nil {
+		return 0, 0, 0
+	}
+	s := f.wasm.MemoryStats()
+	return s.Budget, s.InUse, s.Waiting
+}

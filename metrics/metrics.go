@@ -24,6 +24,9 @@ type Source interface {
 	ProjectionStats() string
 	// GC returns the totals of finished collections.
 	GC() (runs, deleted, bytesReclaimed int64)
+	// WASIMemory returns the WASI memory budget (0: unbounded), what the
+	// running modules hold of it, and how many runs wait for it.
+	WASIMemory() (budget, inUse uint64, waiting int)
 }
 
 // Metrics is one daemon's registry.
@@ -61,6 +64,12 @@ func New(src Source) *Metrics {
 			func() float64 { _, d, _ := src.GC(); return float64(d) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "esf_gc_reclaimed_bytes_total", Help: "Bytes reclaimed by GC."},
 			func() float64 { _, _, b := src.GC(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "esf_wasi_memory_budget_bytes", Help: "Memory all running WASI modules may hold (esfd --wasi-memory; 0: unbounded)."},
+			func() float64 { b, _, _ := src.WASIMemory(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "esf_wasi_memory_bytes", Help: "Memory the running WASI modules hold of the budget."},
+			func() float64 { _, u, _ := src.WASIMemory(); return float64(u) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "esf_wasi_runs_waiting", Help: "WASI runs queued for memory."},
+			func() float64 { _, _, w := src.WASIMemory(); return float64(w) }),
 		&fuseCollector{path: src.ProjectionStats},
 	)
 	return m

@@ -16,6 +16,7 @@ func (fakeSource) Attempts() (int, int)                 { return 3, 2 }
 func (fakeSource) Objects() (int64, int64, bool)        { return 10, 4096, true }
 func (s fakeSource) ProjectionStats() string            { return s.stats }
 func (fakeSource) GC() (runs, deleted, reclaimed int64) { return 1, 5, 500 }
+func (fakeSource) WASIMemory() (uint64, uint64, int)    { return 1 << 30, 1 << 20, 1 }
 
 func TestExposition(t *testing.T) {
 	stats := filepath.Join(t.TempDir(), "stats")
@@ -34,6 +35,7 @@ func TestExposition(t *testing.T) {
 		`esf_operation_duration_seconds_count{code="ok",op="fork"} 1`,
 		`esf_operation_duration_seconds_count{code="not_found",op="activate"} 1`,
 		"esf_gc_reclaimed_bytes_total 500", "go_goroutines",
+		"esf_wasi_memory_budget_bytes 1.073741824e+09", "esf_wasi_memory_bytes 1.048576e+06", "esf_wasi_runs_waiting 1",
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
