@@ -69,11 +69,53 @@ func TestIDMappedDelta(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(l.Upper(), "a.txt")); err != nil || string(b) != "base amore\n" {
 		t.Errorf("copied-up a.txt = %q, %v", b, err)
 	}
+	if opts := mountOptions(t, IDMappedSource(l.Dir)); opts == "" {
+		t.Errorf("mountinfo does not name the delta as %s", IDMappedSource(l.Dir))
+	} else if strings.Contains(opts, "nosuid") {
+		t.Errorf("a private idmapped root is mounted %s, want suid semantics for the sandbox", opts)
+	}
+}
+
+// mountOptions is the per-mount options of the mount whose source is
+// source ("" if none).
+func mountOptions(t *testing.T, source string) string {
+	t.Helper()
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(mi), " "+IDMappedSource(l.Dir)+" ") {
-		t.Errorf("mountinfo does not name the delta as %s", IDMappedSource(l.Dir))
+	for line := range strings.SplitSeq(string(mi), "\n") {
+		f := strings.Fields(line)
+		for i, x := range f {
+			if x == "-" && i+2 < len(f) && f[i+2] == source {
+				return f[5]
+			}
+		}
+	}
+	return ""
+}
+
+// TestIDMappedHostView: an idmapped root the caller places on the host is
+// nosuid,nodev like any host view.
+func TestIDMappedHostView(t *testing.T) {
+	_, _, lower := projected(t, map[string]string{"a.txt": "a"})
+	m, err := NewIDMap(1<<30, 65536)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	dir := t.TempDir()
+	l := Layout{Lower: lower, Dir: filepath.Join(dir, "delta"), Root: filepath.Join(dir, "root"), IDMap: m, HostView: true}
+	if err := Mount(l); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Remove(l); err != nil {
+			t.Errorf("remove delta: %v", err)
+		}
+	})
+	opts := mountOptions(t, IDMappedSource(l.Dir))
+	if !strings.Contains(opts, "nosuid") || !strings.Contains(opts, "nodev") {
+		t.Fatalf("an idmapped host view is mounted %q, want nosuid,nodev", opts)
 	}
 }
