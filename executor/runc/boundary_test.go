@@ -3,6 +3,7 @@ package runc
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/executor"
+	"github.com/esf-dev/esf/executor/runc/runctest"
 )
 
 // testUserNS is the id range boundary tests map containers to.
@@ -241,5 +243,55 @@ func TestBoundary_TimeoutKillsEscapedChildren(t *testing.T) {
 	}
 	if !alive("sleep\x001999") {
 		t.Fatal("an earlier exec's daemon was killed by a later exec's timeout")
+	}
+}
+
+// TestUserNSRangesShareANamespace: two executors of one namespace with
+// different ranges (two daemons on a host) run containers side by side,
+// and an executor without a range (esfd stop-all) stops one of them,
+// its rootfs bind included.
+func TestUserNSRangesShareANamespace(t *testing.T) {
+	v := newEnvWith(t, Options{UserNS: testUserNS})
+	other := IDRange{Start: testUserNS.Start + testUserNS.Count, Count: testUserNS.Count}
+	root2 := filepath.Join(v.dir, "rootfs2")
+	if err := runctest.Busybox(root2); err != nil {
+		t.Fatal(err)
+	}
+	if err := chownTree(root2, int(other.Start)); err != nil {
+		t.Fatal(err)
+	}
+	e2, err := New(Options{StateDir: filepath.Join(v.dir, "state2"), Init: initPath, Namespace: v.e.opts.Namespace, UserNS: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.start("one", executor.Spec{})
+	if err := e2.Start(v.ctx, "two", executor.Spec{Rootfs: root2}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e2.Stop(v.ctx, "two") })
+	// The first executor starts another container after the second.
+	root3 := filepath.Join(v.dir, "rootfs3")
+	if err := runctest.Busybox(root3); err != nil {
+		t.Fatal(err)
+	}
+	if err := chownTree(root3, int(testUserNS.Start)); err != nil {
+		t.Fatal(err)
+	}
+	v.start("three", executor.Spec{Rootfs: root3})
+	for _, id := range []string{"one", "three"} {
+		if got := v.sh(t, id, "id -u"); got != "0\n" {
+			t.Fatalf("%s: %q", id, got)
+		}
+	}
+	bind := e2.userNSRootfs("two")
+	stopper, err := New(Options{StateDir: filepath.Join(v.dir, "state2"), Init: initPath, Namespace: v.e.opts.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stopper.Stop(v.ctx, "two"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(bind); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the rootfs bind %s is still there after a stop without the range: %v", bind, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,7 +56,7 @@ type Options struct {
 	// UserNSDir is where containers in a user namespace see their rootfs
 	// from: runc mounts the rootfs as the namespace's root, which must be
 	// able to walk to it, and the state dir is private. Each rootfs is
-	// bind-mounted at UserNSDir/<Namespace>/<id>; the directory for the
+	// bind-mounted at UserNSDir/<Namespace>.<Start>/<id>; the directory for the
 	// namespace is mode 0710 with the range's first id as its group, so no
 	// other host user can walk into it. "/run/esf-userns" when empty.
 	UserNSDir string
@@ -546,8 +547,10 @@ func runcMessage(logPath string, err error) string {
 }
 
 // userNSRootfs is where a container in a user namespace sees its rootfs.
+// The directory is per namespace and range: two daemons of one namespace
+// with different ranges each need theirs to be walkable by their own root.
 func (e *Executor) userNSRootfs(id string) string {
-	return filepath.Join(e.opts.UserNSDir, e.opts.Namespace, id)
+	return filepath.Join(e.opts.UserNSDir, e.opts.Namespace+"."+strconv.FormatUint(uint64(e.opts.UserNS.Start), 10), id)
 }
 
 // bindRootfs bind-mounts rootfs where the user namespace's root can walk
@@ -585,16 +588,31 @@ func (e *Executor) bindRootfs(id, rootfs string) (string, error) {
 }
 
 // unbindRootfs undoes bindRootfs; nothing to do when it was not made.
+// The bind is where the bundle says runc saw the rootfs (an executor with
+// another range, or none, may be the one stopping it: esfd stop-all), and
+// where this executor would have put it (a start that failed before it
+// wrote the bundle's config).
 func (e *Executor) unbindRootfs(id string) error {
-	p := e.userNSRootfs(id)
-	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
-		return nil
+	paths := []string{e.userNSRootfs(id)}
+	var c struct {
+		Root struct {
+			Path string `json:"path"`
+		} `json:"root"`
 	}
-	if err := unix.Unmount(p, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount %s: %w", p, err)
+	if readJSON(filepath.Join(e.bundle(id), "config.json"), &c) == nil &&
+		strings.HasPrefix(c.Root.Path, e.opts.UserNSDir+"/") && c.Root.Path != paths[0] {
+		paths = append(paths, c.Root.Path)
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	for _, p := range paths {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := unix.Unmount(p, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
 	return nil
 }
