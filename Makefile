@@ -46,8 +46,11 @@ vet:
 # which go test's result cache cannot see, so a cached pass could be stale.
 # ESF_ETCD: the pinned etcd server the journal/etcd, crash and bench tests
 # start on loopback (scripts/etcd.sh builds it once per machine).
+# ESF_VERSITYGW: the pinned S3 server the content-tier tests start on
+# loopback (scripts/versitygw.sh installs it once per machine).
 test: deps vet
 	ESF_ETCD=$$(./scripts/etcd.sh) && export ESF_ETCD && \
+	ESF_VERSITYGW=$$(./scripts/versitygw.sh) && export ESF_VERSITYGW && \
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
 	@for m in $(ADAPTERS); do echo "go test $$m"; (cd $$m && CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...) || exit 1; done
 

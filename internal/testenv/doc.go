@@ -8,7 +8,7 @@
 // fails the test instead.
 //
 // ESF_TEST_REQUIRE is "all" or a comma-separated list of capability names
-// (root, fuse, overlay, runc, busybox, etcd, or cmd:NAME for a program on
+// (root, fuse, overlay, runc, busybox, etcd, s3, or cmd:NAME for a program on
 // PATH); a listed capability that is missing fails the test, any other
 // skips it.
 //

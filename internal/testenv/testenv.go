@@ -25,6 +25,7 @@ var checks = map[string]func() error{
 	"runc":    checkRunc,
 	"busybox": checkBusybox,
 	"etcd":    checkEtcd,
+	"s3":      checkVersityGW,
 }
 
 var (
@@ -181,6 +182,37 @@ func checkEtcd() error {
 	}
 	if !bytes.Contains(out, []byte("etcd Version: 3.6.")) && !bytes.Contains(out, []byte("etcd Version: 3.7.")) {
 		return fmt.Errorf("%s=%s is not etcd 3.6 or 3.7: %s", EtcdEnv, bin, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// VersityGWEnv names the versitygw binary (an S3 server) the tests start
+// (scripts/versitygw.sh installs the pinned one; make test sets it).
+const VersityGWEnv = "ESF_VERSITYGW"
+
+// VersityGWBinary is the versitygw binary the tests start, or why there is
+// none.
+func VersityGWBinary() (string, error) {
+	if err := Missing("s3"); err != nil {
+		return "", err
+	}
+	return os.Getenv(VersityGWEnv), nil
+}
+
+// checkVersityGW wants $ESF_VERSITYGW to be a versitygw that runs (a
+// `go install` build reports no release in --version: the pin is
+// scripts/versitygw.sh's).
+func checkVersityGW() error {
+	bin := os.Getenv(VersityGWEnv)
+	if bin == "" {
+		return fmt.Errorf("needs %s=$(scripts/versitygw.sh) (make test sets it)", VersityGWEnv)
+	}
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s=%s: %v: %s", VersityGWEnv, bin, err, bytes.TrimSpace(out))
+	}
+	if !bytes.Contains(out, []byte("Version")) {
+		return fmt.Errorf("%s=%s is not versitygw: %s", VersityGWEnv, bin, bytes.TrimSpace(out))
 	}
 	return nil
 }
