@@ -328,6 +328,14 @@ func (n *leafNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		// Open first and verify what this very descriptor reads, so the
 		// file handed to the kernel is the one checked.
 		fd, err := syscall.Open(n.fsys.paths.Path(n.entry.ID), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err == syscall.ENOENT {
+			// A cache in front of a remote store (cas/tier) may not hold
+			// the blob yet, or evicted it: a Get fetches it (verified).
+			if errno := n.fsys.verify(ctx, n.entry.ID); errno != 0 {
+				return nil, 0, errno
+			}
+			fd, err = syscall.Open(n.fsys.paths.Path(n.entry.ID), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		}
 		if err != nil {
 			return nil, 0, toErrno(err)
 		}
