@@ -15,6 +15,7 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/local"
+	"github.com/esf-dev/esf/cas/tier"
 	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/executor"
@@ -44,6 +45,10 @@ type Options struct {
 	// JournalStore, if set, is the state plane instead of pebble (the
 	// etcd journal several workers share); Close closes it.
 	JournalStore journal.Store
+	// Remote, if set, is the remote content store (cas/s3): the local store
+	// becomes a verified cache in front of it and every write goes through
+	// to it before it is answered (cas/tier).
+	Remote tier.Remote
 	// ProjectionCommand runs the FUSE projection server as a child process
 	// (esfd passes itself with "fuse-server"). Empty serves the projection
 	// in-process, which only tests should do: a process that serves a FUSE
@@ -143,6 +148,8 @@ type Fabric struct {
 	corruptOff int64
 
 	local *local.Store // the disk store, for paths (FUSE passthrough, fsck repair)
+	// tier is the verified cache over Options.Remote, or nil.
+	tier *tier.Store
 	// counting keeps the object tally of Status; store, the GC tracker
 	// around it, is what every operation reads and writes through.
 	counting *countingStore
@@ -250,7 +257,14 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	if err != nil {
 		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 	}
-	f.counting = newCountingStore(f.local)
+	var base cas.Store = f.local
+	if opts.Remote != nil {
+		if f.tier, err = tier.New(tier.Options{Local: f.local, Remote: opts.Remote, Logger: f.log}); err != nil {
+			return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+		}
+		base = f.tier
+	}
+	f.counting = newCountingStore(base)
 	// The GC tracker is outermost: it sees every write and every dedup
 	// hit, and its deletes still pass through the tally.
 	f.store = gc.NewTracker(f.counting)
@@ -269,7 +283,7 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 	}
 	f.projection = &projection{
-		mnt: filepath.Join(stateDir, "mnt"), command: opts.ProjectionCommand, store: f.local, log: f.log,
+		mnt: filepath.Join(stateDir, "mnt"), command: opts.ProjectionCommand, store: base, log: f.log,
 		logFile: filepath.Join(stateDir, "fuse-server.log"), pidFile: filepath.Join(stateDir, "fuse-server.pid"),
 		corruptLog: filepath.Join(stateDir, fusefs.CorruptLogName),
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -233,12 +234,17 @@ func (noRateLimit) GetToken(context.Context, uint) (func() error, error) {
 }
 func (noRateLimit) AddTokens(uint) error { return nil }
 
-func httpClient() *http.Client {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	tr.ResponseHeaderTimeout = 60 * time.Second
-	tr.MaxIdleConnsPerHost = 64
-	return &http.Client{Transport: tr}
+// httpClient bounds connecting and waiting for response headers, so a
+// server that hangs fails the request (and the retryer tries again)
+// instead of blocking a seal for ever. A buildable client, so that the
+// SDK's configuration (AWS_CA_BUNDLE) can still adjust its transport.
+func httpClient() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = 10 * time.Second }).
+		WithTransportOptions(func(tr *http.Transport) {
+			tr.ResponseHeaderTimeout = 60 * time.Second
+			tr.MaxIdleConnsPerHost = 64
+		})
 }
 
 func (s *Store) looseKey(id cas.ID) string { return s.prefix + "o/" + id.String() }

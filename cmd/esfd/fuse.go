@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/cas/local"
+	"github.com/esf-dev/esf/cas/tier"
 	"github.com/esf-dev/esf/fusefs"
 )
 
@@ -24,7 +25,7 @@ func fuseServerCommand() *cli.Command {
 		Name:   "fuse-server",
 		Usage:  "serve the read-only projection of <state>/cas at <state>/mnt (started by esfd)",
 		Hidden: true,
-		Flags:  []cli.Flag{stateFlag(), logLevelFlag()},
+		Flags:  []cli.Flag{stateFlag(), logLevelFlag(), casRemoteFlag()},
 		Action: fuseServer,
 	}
 }
@@ -47,7 +48,19 @@ func fuseServer(ctx context.Context, cmd *cli.Command) error {
 	if err != nil {
 		return err
 	}
-	fsys, err := fusefs.New(fusefs.Options{Store: store, Logger: log,
+	var getter fusefs.PathStore = store
+	remote, err := openRemote(ctx, cmd, state, log)
+	if err != nil {
+		return err
+	}
+	if remote != nil {
+		// Misses fetch into the cache the daemon shares; the daemon's
+		// writes already went through to the remote.
+		if getter, err = tier.New(tier.Options{Local: store, Remote: remote, Logger: log}); err != nil {
+			return err
+		}
+	}
+	fsys, err := fusefs.New(fusefs.Options{Store: getter, Logger: log,
 		OnCorrupt: fusefs.AppendCorruptLog(filepath.Join(state, fusefs.CorruptLogName), log)})
 	if err != nil {
 		return err

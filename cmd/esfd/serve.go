@@ -123,6 +123,7 @@ func serveFlags() []cli.Flag {
 		logLevelFlag(),
 	}
 	flags = append(flags, journalFlags()...)
+	flags = append(flags, remoteFlags()...)
 	return append(flags,
 		&cli.DurationFlag{
 			Name:  "shutdown-grace",
@@ -210,7 +211,7 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	if socket == "" {
 		socket = filepath.Join(state, "esfd.sock")
 	}
-	projection, err := projectionCommand(state, level)
+	projection, err := projectionCommand(state, level, cmd.String("cas-remote"))
 	if err != nil {
 		return err
 	}
@@ -256,6 +257,13 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 		DefaultDiskBytes: defaultDisk}
 	if ex != nil {
 		opts.Executor = ex
+	}
+	remote, err := openRemote(ctx, cmd, state, log)
+	if err != nil {
+		return err
+	}
+	if remote != nil {
+		opts.Remote = remote
 	}
 	if opts.JournalStore, err = openJournal(ctx, cmd, log); err != nil {
 		return err
@@ -388,12 +396,18 @@ func openJournal(ctx context.Context, cmd *cli.Command, log *slog.Logger) (journ
 }
 
 // projectionCommand runs this same binary as the projection server.
-func projectionCommand(state, level string) ([]string, error) {
+// With a remote content store it gets --cas-remote too: it fetches what
+// the projection reads into the shared cache.
+func projectionCommand(state, level, remote string) ([]string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable for the projection server: %w", err)
 	}
-	return []string{exe, "fuse-server", "--state", state, "--log-level", level}, nil
+	args := []string{exe, "fuse-server", "--state", state, "--log-level", level}
+	if remote != "" {
+		args = append(args, "--cas-remote", remote)
+	}
+	return args, nil
 }
 
 // every runs task (named what) every interval until ctx ends, and logs

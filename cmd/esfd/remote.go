@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/urfave/cli/v3"
+
+	s3store "github.com/esf-dev/esf/cas/s3"
+)
+
+// remoteFlags choose the remote content store; serve takes them all, the
+// projection server only --cas-remote.
+func remoteFlags() []cli.Flag {
+	return []cli.Flag{
+		casRemoteFlag(),
+		&cli.StringFlag{
+			Name: "remote-durability",
+			Usage: "with --cas-remote: sync answers a seal only once its new objects are durable in the remote " +
+				"(the only mode so far)",
+			Value:   "sync",
+			Sources: cli.EnvVars("ESF_REMOTE_DURABILITY"),
+		},
+	}
+}
+
+func casRemoteFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name: "cas-remote",
+		Usage: "content on an S3-compatible store, s3://BUCKET/PREFIX?endpoint=URL&region=REGION: the local store " +
+			"becomes a verified cache in front of it (credentials from the standard AWS variables and files)",
+		Sources: cli.EnvVars("ESF_CAS_REMOTE"),
+	}
+}
+
+// openRemote opens the --cas-remote store, or returns nil without one.
+func openRemote(ctx context.Context, cmd *cli.Command, state string, log *slog.Logger) (*s3store.Store, error) {
+	raw := cmd.String("cas-remote")
+	if raw == "" {
+		return nil, nil
+	}
+	// The projection server has no --remote-durability: it only reads.
+	if d := cmd.String("remote-durability"); d != "" && d != "sync" {
+		return nil, fmt.Errorf("--remote-durability %q: only sync is implemented", d)
+	}
+	u, err := s3store.ParseURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("--cas-remote: %w", err)
+	}
+	c, err := s3store.NewClient(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("--cas-remote: %w", err)
+	}
+	// Large objects of a Put spool beside the state, not in a tmpfs.
+	st, err := s3store.New(s3store.Options{Client: c, Bucket: u.Bucket, Prefix: u.Prefix, TempDir: filepath.Join(state, "tmp")})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("content on a remote store", "remote", st.Location(), "endpoint", u.Endpoint, "durability", "sync")
+	return st, nil
+}

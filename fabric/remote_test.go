@@ -1,0 +1,160 @@
+package fabric
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/esf-dev/esf/cas"
+	s3store "github.com/esf-dev/esf/cas/s3"
+	"github.com/esf-dev/esf/internal/s3test"
+	"github.com/esf-dev/esf/internal/testenv"
+)
+
+func remoteStore(t *testing.T, srv *s3test.Server, bucket string) *s3store.Store {
+	t.Helper()
+	c := awss3.New(srv.Client().Options(), s3store.ClientOptions)
+	st, err := s3store.New(s3store.Options{Client: c, Bucket: bucket, Prefix: "esf", TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func openRemote(t *testing.T, dir string, remote *s3store.Store) *Fabric {
+	t.Helper()
+	f, err := Open(context.Background(), Options{StateDir: dir, Remote: remote})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.StopAll(context.Background()); err != nil {
+			t.Errorf("StopAll: %v", err)
+		}
+		f.Close()
+	})
+	return f
+}
+
+// The restore path: a checkpoint sealed on daemon A (content in S3), then a
+// daemon B with the same journal and an empty cache activates the node and
+// reads one file, fetching only the trees on its path and that file's
+// blob; B's export is byte-identical to A's.
+func TestRemoteRestore(t *testing.T) {
+	requireMounts(t)
+	testenv.Require(t, "s3", "cmd:diff")
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	bucket := srv.Bucket(t)
+
+	dirA := t.TempDir()
+	// A is closed by hand before B opens its journal (not by a cleanup).
+	fa, err := Open(ctx, Options{StateDir: dirA, Remote: remoteStore(t, srv, bucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedA := false
+	t.Cleanup(func() {
+		if !closedA {
+			fa.StopAll(context.Background())
+			fa.Close()
+		}
+	})
+	files := map[string]string{"top.txt": "top"}
+	for d := range 4 {
+		for i := range 25 {
+			files[fmt.Sprintf("d%d/f%02d.txt", d, i)] = fmt.Sprintf("content of %d/%d ", d, i) + string(bytes.Repeat([]byte{'a' + byte(d)}, i*100))
+		}
+	}
+	files["d3/large.bin"] = string(bytes.Repeat([]byte("0123456789abcdef"), 100<<10)) // 1.6 MiB: loose
+	g := newGroup(t, fa, files)
+	a, err := fa.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a.Root, "d1", "new.txt"), []byte("written in the attempt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := fa.Suspend(ctx, SuspendRequest{AttemptID: a.AttemptID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outA := filepath.Join(t.TempDir(), "a")
+	if _, _, err := fa.ExportDir(ctx, sealed.Node.NodeID, outA); err != nil {
+		t.Fatal(err)
+	}
+	if err := fa.StopAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closedA = true
+	if err := fa.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// B: A's journal, an empty cache.
+	dirB := t.TempDir()
+	if out, err := exec.Command("cp", "-a", filepath.Join(dirA, "journal"), filepath.Join(dirB, "journal")).CombinedOutput(); err != nil {
+		t.Fatalf("copy journal: %v: %s", err, out)
+	}
+	fb := openRemote(t, dirB, remoteStore(t, srv, bucket))
+	if n := countObjects(t, filepath.Join(dirB, "cas")); n != 0 {
+		t.Fatalf("B's cache starts with %d objects", n)
+	}
+	b, err := fb.Activate(ctx, ActivateRequest{NodeID: sealed.Node.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(b.Root, "d2", "f07.txt"))
+	if err != nil || string(got) != files["d2/f07.txt"] {
+		t.Fatalf("read through B's activation: %q, %v", got, err)
+	}
+	// The root tree, d2's tree and the blob: nothing of d0, d1, d3.
+	st := fb.tier.Stats()
+	if n := st.Fetches.Load(); n > 3 {
+		t.Fatalf("activate and one read fetched %d objects, want at most 3 (root tree, d2 tree, the blob)", n)
+	}
+	for _, p := range []string{"d0/f03.txt", "d3/large.bin", "d1/new.txt"} {
+		if ok, _ := fb.local.Has(ctx, cas.Sum([]byte(files[p]+map[string]string{"d1/new.txt": "written in the attempt"}[p]))); ok {
+			t.Fatalf("B fetched %s without reading it", p)
+		}
+	}
+	t.Logf("activate + one read: %d fetches, %d bytes", st.Fetches.Load(), st.FetchedBytes.Load())
+	if _, err := fb.Release(ctx, ReleaseRequest{AttemptID: b.AttemptID}); err != nil {
+		t.Fatal(err)
+	}
+	outB := filepath.Join(t.TempDir(), "b")
+	if _, _, err := fb.ExportDir(ctx, sealed.Node.NodeID, outB); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("diff", "-r", "--no-dereference", outA, outB).CombinedOutput(); err != nil {
+		t.Fatalf("exports of A and B differ: %v\n%s", err, out)
+	}
+	if got, err := os.ReadFile(filepath.Join(outB, "d1", "new.txt")); err != nil || string(got) != "written in the attempt" {
+		t.Fatalf("the attempt's file in B's export: %q, %v", got, err)
+	}
+	if n := fb.tier.Stats().Uploads.Load(); n != 0 {
+		t.Fatalf("B uploaded %d objects while only reading", n)
+	}
+}
+
+func countObjects(t *testing.T, casDir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(filepath.Join(casDir, "objects"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return err
+	})
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return n
+}
