@@ -3,6 +3,7 @@ package fabric
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -14,8 +15,10 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	s3store "github.com/esf-dev/esf/cas/s3"
+	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/internal/s3test"
 	"github.com/esf-dev/esf/internal/testenv"
+	"github.com/esf-dev/esf/journal"
 )
 
 func remoteStore(t *testing.T, srv *s3test.Server, bucket string) *s3store.Store {
@@ -157,4 +160,43 @@ func countObjects(t *testing.T, casDir string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// With the remote down, a seal fails unavailable (sync durability: it is
+// never acknowledged without its content in the remote) and the attempt
+// stays live; once the remote is back the same seal succeeds and its
+// content is in the remote.
+func TestRemoteDownSealUnavailable(t *testing.T) {
+	requireMounts(t)
+	testenv.Require(t, "s3")
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	remote := remoteStore(t, srv, srv.Bucket(t))
+	f := openRemote(t, t.TempDir(), remote)
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const content = "sealed while the remote was down"
+	if err := os.WriteFile(filepath.Join(a.Root, "b"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill()
+	if _, err := f.Suspend(ctx, SuspendRequest{AttemptID: a.AttemptID}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("seal with the remote down: %v, want unavailable", err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.Suspend(ctx, SuspendRequest{AttemptID: a.AttemptID})
+	if err != nil {
+		t.Fatalf("seal once the remote is back: %v", err)
+	}
+	if res.Node.Status != journal.NodeSealed {
+		t.Fatalf("node %s after the second seal", res.Node.Status)
+	}
+	if ok, err := remote.Has(ctx, cas.Sum([]byte(content))); !ok || err != nil {
+		t.Fatalf("the sealed file is not in the remote: %v, %v", ok, err)
+	}
 }
