@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/esf-dev/esf/internal/s3test"
+)
+
+// TestRestoreFromRemote: esfd A with --cas-remote seals a checkpoint; a
+// new esfd B with A's journal and an empty cache activates it, and its
+// projection server (a child with --cas-remote) fetches only what is read;
+// B's export equals A's.
+func TestRestoreFromRemote(t *testing.T) {
+	requireFUSE(t)
+	srv := s3test.Start(t)
+	bucket := srv.Bucket(t)
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	remote := []string{"--cas-remote", srv.URL(bucket, "e2e")}
+
+	a := startDaemonWith(t, "", remote...)
+	files := map[string]string{"top.txt": "top\n"}
+	for _, d := range []string{"x", "y", "z"} {
+		for _, f := range []string{"1", "2", "3", "4"} {
+			files[d+"/"+f+".txt"] = strings.Repeat(d+f, 100)
+		}
+	}
+	g := createGroup(t, a, smallTree(t, a, files))
+	at := activate(t, a, g.Node.NodeID)
+	writeFile(t, filepath.Join(at.Root, "y", "new.txt"), "new in the attempt\n")
+	s := suspend(t, a, at.AttemptID)
+	node := s.Node.NodeID
+	outA := filepath.Join(t.TempDir(), "a")
+	a.mustCtl(nil, "export", node, "--to", outA)
+	a.stop()
+
+	stateB := filepath.Join(t.TempDir(), "state")
+	if err := os.MkdirAll(stateB, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-a", filepath.Join(a.state, "journal"), filepath.Join(stateB, "journal")).CombinedOutput(); err != nil {
+		t.Fatalf("copy journal: %v: %s", err, out)
+	}
+	b := startDaemonWith(t, stateB, remote...)
+	bt := activate(t, b, node)
+	if got := readFile(t, filepath.Join(bt.Root, "y", "new.txt")); got != "new in the attempt\n" {
+		t.Fatalf("B's attempt shows %q", got)
+	}
+	if got := readFile(t, filepath.Join(bt.Root, "x", "2.txt")); got != files["x/2.txt"] {
+		t.Fatalf("B's attempt shows %q", got)
+	}
+	// Root tree, x's and y's trees, two blobs: 5 objects of the 17.
+	if n := cached(t, stateB); n > 5 {
+		t.Fatalf("B's cache holds %d objects after reading 2 files, want at most 5", n)
+	}
+	b.mustCtl(nil, "release", bt.AttemptID)
+	outB := filepath.Join(t.TempDir(), "b")
+	b.mustCtl(nil, "export", node, "--to", outB)
+	compareTrees(t, outA, outB)
+}
+
+func cached(t *testing.T, state string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(filepath.Join(state, "cas", "objects"), func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
