@@ -49,6 +49,9 @@ type Options struct {
 	// becomes a verified cache in front of it and every write goes through
 	// to it before it is answered (cas/tier).
 	Remote tier.Remote
+	// CacheSize bounds the local store's bytes when Remote is set (LRU;
+	// objects of live attempts stay); zero leaves it unbounded.
+	CacheSize int64
 	// ProjectionCommand runs the FUSE projection server as a child process
 	// (esfd passes itself with "fuse-server"). Empty serves the projection
 	// in-process, which only tests should do: a process that serves a FUSE
@@ -259,7 +262,9 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	}
 	var base cas.Store = f.local
 	if opts.Remote != nil {
-		if f.tier, err = tier.New(tier.Options{Local: f.local, Remote: opts.Remote, Logger: f.log}); err != nil {
+		// f.journal is set below, before any operation can evict.
+		topts := tier.Options{Local: f.local, Remote: opts.Remote, Logger: f.log, CacheSize: opts.CacheSize, Pinned: f.pinnedRoots}
+		if f.tier, err = tier.New(topts); err != nil {
 			return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 		}
 		base = f.tier

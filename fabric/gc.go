@@ -88,24 +88,46 @@ func (f *Fabric) liveRoots(ctx context.Context) (roots, extra []cas.ID, err erro
 		}
 		// Live attempts' base roots (a draft's base stays its parent's root
 		// even after a sibling sealed the draft).
-		return journal.ExpiredLeases(r, time.Unix(1<<40, 0), func(lid string) error {
-			l, err := journal.GetLease(r, lid)
-			if err != nil {
-				return err
-			}
-			rt, err := journal.GetAttemptRuntime(r, l.AttemptID)
-			if isNotFound(err) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			var d rtData
-			if json.Unmarshal(rt.Data, &d) == nil && d.BaseRootID != "" {
-				return add(&roots, d.BaseRootID)
-			}
-			return nil
-		})
+		return liveAttemptRoots(r, func(hex string) error { return add(&roots, hex) })
 	})
 	return roots, extra, err
+}
+
+// liveAttemptRoots calls add with the base root of every attempt that
+// holds a lease: the lower layer its mount reads.
+func liveAttemptRoots(r journal.Reader, add func(hex string) error) error {
+	return journal.ExpiredLeases(r, time.Unix(1<<40, 0), func(lid string) error {
+		l, err := journal.GetLease(r, lid)
+		if err != nil {
+			return err
+		}
+		rt, err := journal.GetAttemptRuntime(r, l.AttemptID)
+		if isNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var d rtData
+		if json.Unmarshal(rt.Data, &d) == nil && d.BaseRootID != "" {
+			return add(d.BaseRootID)
+		}
+		return nil
+	})
+}
+
+// pinnedRoots are the roots the content cache keeps (cas/tier): those of
+// live attempts.
+func (f *Fabric) pinnedRoots(ctx context.Context) ([]cas.ID, error) {
+	var roots []cas.ID
+	err := f.journal.View(ctx, func(r journal.Reader) error {
+		return liveAttemptRoots(r, func(hex string) error {
+			id, err := cas.ParseID(hex)
+			if err == nil {
+				roots = append(roots, id)
+			}
+			return err
+		})
+	})
+	return roots, err
 }

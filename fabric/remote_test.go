@@ -200,3 +200,56 @@ func TestRemoteDownSealUnavailable(t *testing.T) {
 		t.Fatalf("the sealed file is not in the remote: %v, %v", ok, err)
 	}
 }
+
+// With a small --cache-size, what a live attempt reads stays cached while
+// other writes evict; after the release it may go.
+func TestRemoteCachePinsLiveAttempts(t *testing.T) {
+	requireMounts(t)
+	testenv.Require(t, "s3")
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	f, err := Open(ctx, Options{StateDir: t.TempDir(), Remote: remoteStore(t, srv, srv.Bucket(t)), CacheSize: 8 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.StopAll(context.Background())
+		f.Close()
+	})
+	files := map[string]string{}
+	for i := range 8 {
+		files[fmt.Sprintf("f%d", i)] = string(bytes.Repeat([]byte{'a' + byte(i)}, 2<<10))
+	}
+	g := newGroup(t, f, files)
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range files {
+		if got, err := os.ReadFile(filepath.Join(a.Root, p)); err != nil || string(got) != want {
+			t.Fatalf("read %s: %v", p, err)
+		}
+	}
+	other := map[string]string{}
+	for i := range 20 {
+		other[fmt.Sprintf("o%d", i)] = string(bytes.Repeat([]byte{'A' + byte(i)}, 2<<10))
+	}
+	newGroup(t, f, other)
+	if f.tier.Stats().Evictions.Load() == 0 {
+		t.Fatal("nothing was evicted")
+	}
+	for p, c := range files {
+		if ok, _ := f.local.Has(ctx, cas.Sum([]byte(c))); !ok {
+			t.Fatalf("%s of a live attempt left the cache", p)
+		}
+	}
+	if _, err := f.Release(ctx, ReleaseRequest{AttemptID: a.AttemptID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.tier.Evict(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used := f.tier.CacheUsed(); used > 8<<10 {
+		t.Fatalf("after the release the cache holds %d bytes, bound %d", used, 8<<10)
+	}
+}

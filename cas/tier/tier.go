@@ -61,6 +61,12 @@ type Options struct {
 	Local  *local.Store
 	Remote Remote
 	Logger *slog.Logger
+	// CacheSize bounds the local store's bytes (LRU, see cache.go); zero
+	// leaves it unbounded. New counts what the store holds first.
+	CacheSize int64
+	// Pinned returns the roots whose cached objects eviction keeps (the
+	// base roots of live attempts).
+	Pinned func(context.Context) ([]cas.ID, error)
 }
 
 // Stats counts the tier's traffic, for tests, status and metrics.
@@ -73,6 +79,8 @@ type Stats struct {
 	// Uploads are objects made durable in the remote, with their bytes;
 	// RemoteChecks the existence checks of objects the local store held.
 	Uploads, UploadedBytes, RemoteChecks atomic.Int64
+	// Evictions are objects removed from the cache by its bound.
+	Evictions, EvictedBytes atomic.Int64
 }
 
 // Store is the tiered cas.Store.
@@ -84,12 +92,17 @@ type Store struct {
 	mu       sync.Mutex
 	known    map[cas.ID]struct{} // objects known to be in the remote
 	inflight map[cas.ID]*fetch
+	cache    *cacheState // nil: unbounded
+
+	pinnedRoots func(context.Context) ([]cas.ID, error)
+	evicting    sync.Mutex
 
 	stats Stats
 }
 
 type fetch struct {
 	done chan struct{}
+	info cas.Info
 	err  error
 }
 
@@ -107,8 +120,15 @@ func New(opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{local: opts.Local, remote: opts.Remote, log: log,
-		known: map[cas.ID]struct{}{}, inflight: map[cas.ID]*fetch{}}, nil
+	t := &Store{local: opts.Local, remote: opts.Remote, log: log, pinnedRoots: opts.Pinned,
+		known: map[cas.ID]struct{}{}, inflight: map[cas.ID]*fetch{}}
+	if opts.CacheSize > 0 {
+		t.cache = newCache(opts.CacheSize)
+		if err := t.seedCache(context.Background(), false); err != nil {
+			return nil, fmt.Errorf("tier: count the cache: %w", err)
+		}
+	}
+	return t, nil
 }
 
 // Stats returns the tier's counters.
@@ -122,22 +142,46 @@ func (t *Store) Local() *local.Store { return t.local }
 func (t *Store) Path(id cas.ID) string { return t.local.Path(id) }
 
 // Get implements cas.Getter, fetching a missing object into the cache.
+// The cache file is opened before the fetch counts against the cache
+// bound, so an eviction it causes cannot take the object from the reader.
 func (t *Store) Get(ctx context.Context, id cas.ID) (io.ReadCloser, error) {
 	rc, err := t.local.Get(ctx, id)
 	if !errors.Is(err, cas.ErrNotFound) {
+		if err == nil && t.cache != nil {
+			t.mu.Lock()
+			if e, ok := t.cache.elems[id]; ok {
+				t.cache.order.MoveToFront(e)
+			}
+			t.mu.Unlock()
+		}
 		return rc, err
 	}
-	if err := t.Fetch(ctx, id); err != nil {
+	info, err := t.fetchShared(ctx, id)
+	if err != nil {
 		return nil, err
 	}
-	return t.local.Get(ctx, id)
+	if rc, err = t.local.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	t.touch(ctx, id, info.Size)
+	return rc, nil
 }
 
 // Fetch makes sure the cache holds id, fetching it from the remote if
 // needed.
 func (t *Store) Fetch(ctx context.Context, id cas.ID) error {
-	if ok, err := t.local.Has(ctx, id); err != nil || ok {
-		return err
+	info, err := t.fetchShared(ctx, id)
+	if err == nil {
+		t.touch(ctx, id, info.Size)
+	}
+	return err
+}
+
+// fetchShared fetches id unless the cache holds it; concurrent callers
+// share one transfer.
+func (t *Store) fetchShared(ctx context.Context, id cas.ID) (cas.Info, error) {
+	if info, err := t.local.Stat(ctx, id); !errors.Is(err, cas.ErrNotFound) {
+		return info, err
 	}
 	t.mu.Lock()
 	f, ok := t.inflight[id]
@@ -147,19 +191,19 @@ func (t *Store) Fetch(ctx context.Context, id cas.ID) error {
 		t.mu.Unlock()
 		// The transfer belongs to every waiter: one caller giving up must
 		// not fail the others.
-		f.err = t.fetch(context.WithoutCancel(ctx), id)
+		f.info, f.err = t.fetch(context.WithoutCancel(ctx), id)
 		t.mu.Lock()
 		delete(t.inflight, id)
 		t.mu.Unlock()
 		close(f.done)
-		return f.err
+		return f.info, f.err
 	}
 	t.mu.Unlock()
 	select {
 	case <-f.done:
-		return f.err
+		return f.info, f.err
 	case <-ctx.Done():
-		return ctx.Err()
+		return cas.Info{}, ctx.Err()
 	}
 }
 
@@ -167,7 +211,7 @@ func (t *Store) Fetch(ctx context.Context, id cas.ID) error {
 // verification, the others only by transport.
 const fetchAttempts = 4
 
-func (t *Store) fetch(ctx context.Context, id cas.ID) error {
+func (t *Store) fetch(ctx context.Context, id cas.ID) (cas.Info, error) {
 	corrupt := 0
 	var last error
 	for attempt := range fetchAttempts {
@@ -177,18 +221,18 @@ func (t *Store) fetch(ctx context.Context, id cas.ID) error {
 		rc, err := t.remote.Get(ctx, id)
 		if err != nil {
 			// The remote's client retried already; not found is final.
-			return fmt.Errorf("fetch %s: %w", id.Short(), err)
+			return cas.Info{}, fmt.Errorf("fetch %s: %w", id.Short(), err)
 		}
 		info, _, err := t.local.Put(ctx, rc)
 		rc.Close()
 		if err == nil {
 			if info.ID != id { // the remote's reader verifies; never here
-				return fmt.Errorf("fetch %s: got %s: %w", id.Short(), info.ID.Short(), cas.ErrCorrupt)
+				return cas.Info{}, fmt.Errorf("fetch %s: got %s: %w", id.Short(), info.ID.Short(), cas.ErrCorrupt)
 			}
 			t.stats.Fetches.Add(1)
 			t.stats.FetchedBytes.Add(info.Size)
 			t.markKnown(id)
-			return nil
+			return info, nil
 		}
 		last = err
 		if errors.Is(err, cas.ErrCorrupt) {
@@ -196,16 +240,16 @@ func (t *Store) fetch(ctx context.Context, id cas.ID) error {
 			t.log.Warn("fetched object does not match its id", "object", id.String(), "attempt", attempt+1)
 			if corrupt == 2 {
 				t.stats.Corrupt.Add(1)
-				return fmt.Errorf("fetch %s: twice: %w", id.Short(), err)
+				return cas.Info{}, fmt.Errorf("fetch %s: twice: %w", id.Short(), err)
 			}
 		} else {
 			t.log.Warn("fetch failed", "object", id.String(), "attempt", attempt+1, "err", err)
 		}
 	}
 	if errors.Is(last, cas.ErrCorrupt) {
-		return fmt.Errorf("fetch %s: %w", id.Short(), last)
+		return cas.Info{}, fmt.Errorf("fetch %s: %w", id.Short(), last)
 	}
-	return fmt.Errorf("fetch %s: %v: %w", id.Short(), last, errdefs.ErrUnavailable)
+	return cas.Info{}, fmt.Errorf("fetch %s: %v: %w", id.Short(), last, errdefs.ErrUnavailable)
 }
 
 func (t *Store) markKnown(ids ...cas.ID) {
@@ -247,7 +291,15 @@ func (t *Store) Walk(ctx context.Context, fn func(cas.Info) error) error {
 
 // Delete implements cas.Deleter on the cache: the remote keeps the object.
 func (t *Store) Delete(ctx context.Context, id cas.ID) error {
-	return t.local.Delete(ctx, id)
+	if err := t.local.Delete(ctx, id); err != nil {
+		return err
+	}
+	if t.cache != nil {
+		t.mu.Lock()
+		t.cache.drop(id)
+		t.mu.Unlock()
+	}
+	return nil
 }
 
 // Put implements cas.Putter: local, then durable in the remote.
@@ -307,6 +359,9 @@ func (t *Store) durable(ctx context.Context, ws []written) error {
 		}
 	}
 	if len(up) == 0 {
+		for _, w := range ws {
+			t.touch(ctx, w.ID, w.Size)
+		}
 		return nil
 	}
 	if err := t.remote.Upload(ctx, up); err != nil {
@@ -316,6 +371,11 @@ func (t *Store) durable(ctx context.Context, ws []written) error {
 		t.stats.Uploads.Add(1)
 		t.stats.UploadedBytes.Add(s.Size)
 		t.markKnown(s.ID)
+	}
+	// Counted in the cache once durable remotely: only then may eviction
+	// take them without asking.
+	for _, w := range ws {
+		t.touch(ctx, w.ID, w.Size)
 	}
 	return nil
 }

@@ -23,6 +23,12 @@ func remoteFlags() []cli.Flag {
 			Value:   "sync",
 			Sources: cli.EnvVars("ESF_REMOTE_DURABILITY"),
 		},
+		&cli.StringFlag{
+			Name: "cache-size",
+			Usage: "with --cas-remote: bound on the local store's bytes, e.g. 50G; least recently used objects " +
+				"that are in the remote leave it, those of live attempts stay (empty: unbounded)",
+			Sources: cli.EnvVars("ESF_CACHE_SIZE"),
+		},
 	}
 }
 

@@ -36,7 +36,7 @@ func TestServeWithCASRemote(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- root().Run(sctx, []string{"esfd", "--state", state, "--socket", socket,
-			"--cas-remote", srv.URL(bucket, "w1"), "--remote-durability", "sync"})
+			"--cas-remote", srv.URL(bucket, "w1"), "--remote-durability", "sync", "--cache-size", "1G"})
 	}()
 	defer func() {
 		cancel()
@@ -86,6 +86,8 @@ func TestCASRemoteFlagErrors(t *testing.T) {
 		{[]string{"--cas-remote", "http://bucket/x"}, "--cas-remote"},
 		{[]string{"--cas-remote", "s3://b/x?endpoint=http://127.0.0.1:1&bogus=1"}, "bogus"},
 		{[]string{"--cas-remote", "s3://b/x?endpoint=http://127.0.0.1:1", "--remote-durability", "async"}, "only sync"},
+		{[]string{"--cache-size", "10G"}, "--cas-remote"},
+		{[]string{"--cas-remote", "s3://b/x?endpoint=http://127.0.0.1:1", "--cache-size", "lots"}, "--cache-size"},
 	} {
 		err := root().Run(context.Background(), append([]string{"esfd", "--state", filepath.Join(t.TempDir(), "s")}, tc.args...))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -264,6 +264,11 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	}
 	if remote != nil {
 		opts.Remote = remote
+		if opts.CacheSize, err = size.Parse(cmd.String("cache-size")); err != nil {
+			return fmt.Errorf("--cache-size: %w", err)
+		}
+	} else if cmd.String("cache-size") != "" {
+		return fmt.Errorf("--cache-size bounds the cache in front of --cas-remote, which is not given")
 	}
 	if opts.JournalStore, err = openJournal(ctx, cmd, log); err != nil {
 		return err
