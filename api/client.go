@@ -361,8 +361,14 @@ func (c *Client) ExportTar(ctx context.Context, id string, w io.Writer, opts ...
 
 // Fsck re-hashes every stored object and returns the bad ones.
 func (c *Client) Fsck(ctx context.Context, opt CallOptions) (*FsckResponse, error) {
+	return c.FsckWith(ctx, FsckRequest{}, opt)
+}
+
+// FsckWith is Fsck with a request (Remote: check the remote content
+// store).
+func (c *Client) FsckWith(ctx context.Context, req FsckRequest, opt CallOptions) (*FsckResponse, error) {
 	var out FsckResponse
-	if err := c.call(ctx, http.MethodPost, "/v1/fsck", FsckRequest{}, &out, opt); err != nil {
+	if err := c.call(ctx, http.MethodPost, "/v1/fsck", req, &out, opt); err != nil {
 		return nil, err
 	}
 	return &out, nil

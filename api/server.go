@@ -439,8 +439,21 @@ func decodeFsck(r *http.Request) (FsckRequest, error) {
 }
 
 func (s *Server) fsck(w http.ResponseWriter, r *http.Request) error {
-	if _, err := decodeFsck(r); err != nil {
+	req, err := decodeFsck(r)
+	if err != nil {
 		return err
+	}
+	if req.Remote {
+		res, err := s.f.FsckRemote(r.Context())
+		if err != nil {
+			return err
+		}
+		bad := res.Bad
+		if bad == nil {
+			bad = []cas.ID{}
+		}
+		writeJSON(w, http.StatusOK, FsckResponse{Checked: res.Checked, Bytes: res.Bytes, Bad: bad, Missing: res.Missing})
+		return nil
 	}
 	res, err := s.f.Fsck(r.Context())
 	if err != nil {

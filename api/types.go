@@ -65,8 +65,12 @@ type ExportResponse struct {
 	Dropped export.Dropped `json:"dropped"`
 }
 
-// FsckRequest is the (optional) body of POST /v1/fsck.
-type FsckRequest struct{}
+// FsckRequest is the (optional) body of POST /v1/fsck. Remote checks the
+// remote content store instead of the local one: every object the graph
+// reaches must be there and whole.
+type FsckRequest struct {
+	Remote bool `json:"remote,omitempty"`
+}
 
 // FsckResponse is the result of POST /v1/fsck. A non-empty Bad is still a
 // 200: the check itself succeeded, and the client decides how to report it.
@@ -75,6 +79,9 @@ type FsckResponse struct {
 	Bytes    int64    `json:"bytes"`
 	Vanished int64    `json:"vanished"` // listed, then deleted before it was read
 	Bad      []cas.ID `json:"bad"`      // sorted, never null
+	// Missing lists, sorted, reachable objects the remote lacks (remote
+	// checks only).
+	Missing []cas.ID `json:"missing,omitempty"`
 }
 
 // The graph and attempt endpoints take and return the fabric types as they

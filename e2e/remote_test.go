@@ -14,7 +14,7 @@ import (
 // TestRestoreFromRemote: esfd A with --cas-remote seals a checkpoint; a
 // new esfd B with A's journal and an empty cache activates it, and its
 // projection server (a child with --cas-remote) fetches only what is read;
-// B's export equals A's.
+// B's export equals A's, and esfctl fsck --remote finds the bucket whole.
 func TestRestoreFromRemote(t *testing.T) {
 	requireFUSE(t)
 	srv := s3test.Start(t)
@@ -65,6 +65,10 @@ func TestRestoreFromRemote(t *testing.T) {
 	outB := filepath.Join(t.TempDir(), "b")
 	b.mustCtl(nil, "export", node, "--to", outB)
 	compareTrees(t, outA, outB)
+	// Every object the graph reaches is in the bucket and whole.
+	if r := b.mustCtl(nil, "fsck", "--remote"); !strings.HasPrefix(r.stdout, "checked ") || strings.Contains(r.stdout, "missing") {
+		t.Fatalf("fsck --remote: %s", r.stdout)
+	}
 }
 
 func cached(t *testing.T, state string) int {

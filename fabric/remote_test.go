@@ -253,3 +253,54 @@ func TestRemoteCachePinsLiveAttempts(t *testing.T) {
 		t.Fatalf("after the release the cache holds %d bytes, bound %d", used, 8<<10)
 	}
 }
+
+// fsck --remote: clean after seals; an object deleted from the bucket is
+// missing, one damaged there is bad; without a remote it is refused.
+func TestRemoteFsck(t *testing.T) {
+	testenv.Require(t, "s3")
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	bucket := srv.Bucket(t)
+	remote := remoteStore(t, srv, bucket)
+	f, err := Open(ctx, Options{StateDir: t.TempDir(), Remote: remote})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	large := string(bytes.Repeat([]byte("L"), 400<<10)) // loose in the bucket
+	newGroup(t, f, map[string]string{"a": "1", "b": "2", "large": large})
+	res, err := f.FsckRemote(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Bad) != 0 || len(res.Missing) != 0 || res.Checked != 4 {
+		t.Fatalf("fsck --remote of a whole remote: %+v, want 4 checked (root tree, 3 blobs)", res)
+	}
+	if err := remote.Delete(ctx, cas.Sum([]byte("2"))); err != nil {
+		t.Fatal(err)
+	}
+	p := srv.Path(bucket, remote.Prefix()+"o/"+cas.Sum([]byte(large)).String())
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[100] ^= 1
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err = f.FsckRemote(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Missing) != 1 || res.Missing[0] != cas.Sum([]byte("2")) {
+		t.Fatalf("missing = %v, want the deleted blob", res.Missing)
+	}
+	if len(res.Bad) != 1 || res.Bad[0] != cas.Sum([]byte(large)) {
+		t.Fatalf("bad = %v, want the damaged blob", res.Bad)
+	}
+
+	plain := openTest(t, t.TempDir())
+	if _, err := plain.FsckRemote(ctx); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("fsck --remote without a remote: %v", err)
+	}
+}

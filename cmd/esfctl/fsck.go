@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/esf-dev/esf/api"
 	"github.com/esf-dev/esf/errdefs"
 )
 
@@ -13,12 +14,15 @@ func (a *app) fsckCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "fsck",
 		Usage: "re-hash every stored object; exit 9 (corrupt) listing the bad ones",
-		Flags: []cli.Flag{idempotencyKeyFlag()},
+		Flags: []cli.Flag{idempotencyKeyFlag(), &cli.BoolFlag{
+			Name:  "remote",
+			Usage: "check the remote content store (esfd --cas-remote): every reachable object there and whole; missing ones exit 3 (not found)",
+		}},
 		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
 			if err := exactArgs(cmd, 0); err != nil {
 				return err
 			}
-			res, err := a.client.Fsck(ctx, a.callOptions(cmd))
+			res, err := a.client.FsckWith(ctx, api.FsckRequest{Remote: cmd.Bool("remote")}, a.callOptions(cmd))
 			if err != nil {
 				return err
 			}
@@ -31,9 +35,15 @@ func (a *app) fsckCommand() *cli.Command {
 				for _, id := range res.Bad {
 					fmt.Fprintf(a.stdout, "corrupt %s\n", id)
 				}
+				for _, id := range res.Missing {
+					fmt.Fprintf(a.stdout, "missing %s\n", id)
+				}
 			}
 			if len(res.Bad) > 0 {
 				return fmt.Errorf("%d corrupt object(s), first %s: %w", len(res.Bad), res.Bad[0], errdefs.ErrCorrupt)
+			}
+			if len(res.Missing) > 0 {
+				return fmt.Errorf("%d object(s) missing from the remote, first %s: %w", len(res.Missing), res.Missing[0], errdefs.ErrNotFound)
 			}
 			return nil
 		}),
