@@ -261,6 +261,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 		StateDir: st.StateDir,
 		Objects:  st.Objects,
 		Bytes:    st.Bytes,
+		Remote:   st.Remote,
 	})
 	return nil
 }

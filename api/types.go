@@ -18,6 +18,8 @@ type StatusResponse struct {
 	StateDir string `json:"state_dir"`
 	Objects  int64  `json:"objects"`
 	Bytes    int64  `json:"bytes"`
+	// Remote describes the remote content store (esfd --cas-remote).
+	Remote *fabric.RemoteStatus `json:"remote,omitempty"`
 }
 
 // ImportRequest is the JSON body of POST /v1/import: a path on the daemon's

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,4 +85,72 @@ func cached(t *testing.T, state string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestAsyncQueueSurvivesSIGKILL: esfd with --remote-durability async
+// acknowledges writes while the remote refuses every upload (a proxy
+// answering 503); SIGKILL while its uploader retries; restarted with the
+// remote reachable, the queue drains (esfctl status) and fsck --remote is
+// clean.
+func TestAsyncQueueSurvivesSIGKILL(t *testing.T) {
+	requireFUSE(t)
+	srv := s3test.Start(t)
+	bucket := srv.Bucket(t)
+	proxy := s3test.StartProxy(t, srv)
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	url := strings.Replace(srv.URL(bucket, "q"), srv.Endpoint, proxy.Endpoint, 1)
+	flags := []string{"--cas-remote", url, "--remote-durability", "async"}
+	proxy.Set(func(r *http.Request) s3test.Fault {
+		if r.Method == http.MethodPut {
+			return s3test.Fault{Kind: s3test.Status, Status: 503}
+		}
+		return s3test.Fault{}
+	})
+
+	a := startDaemonWith(t, "", flags...)
+	g := createGroup(t, a, smallTree(t, a, map[string]string{"a.txt": "a\n", "d/b.txt": "b\n"}))
+	at := activate(t, a, g.Node.NodeID)
+	writeFile(t, filepath.Join(at.Root, "d", "c.txt"), "sealed while uploads fail\n")
+	s := suspend(t, a, at.AttemptID)
+	st := remoteStatus(t, a)
+	if st.Durability != "async" || st.QueueObjects == 0 {
+		t.Fatalf("status after acknowledged writes with uploads refused: %+v", st)
+	}
+	waitUntil(t, "a failed upload", func() bool { return remoteStatus(t, a).QueueError != "" })
+	a.cmd.Process.Kill()
+	<-a.exited
+
+	proxy.Set(nil)
+	b := startDaemonWith(t, a.state, flags...)
+	waitUntil(t, "the upload queue to drain", func() bool { return remoteStatus(t, b).QueueObjects == 0 })
+	if r := b.mustCtl(nil, "fsck", "--remote"); strings.Contains(r.stdout, "missing") || strings.Contains(r.stdout, "corrupt") {
+		t.Fatalf("fsck --remote after the queue drained: %s", r.stdout)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	b.mustCtl(nil, "export", s.Node.NodeID, "--to", out)
+	if got := readFile(t, filepath.Join(out, "d", "c.txt")); got != "sealed while uploads fail\n" {
+		t.Fatalf("export after restart: %q", got)
+	}
+}
+
+type remoteJSON struct {
+	Durability   string `json:"durability"`
+	QueueObjects int    `json:"queue_objects"`
+	QueueError   string `json:"queue_error"`
+}
+
+func remoteStatus(t *testing.T, d *daemon) remoteJSON {
+	t.Helper()
+	var st struct {
+		Remote *remoteJSON `json:"remote"`
+	}
+	decode(t, d.mustCtl(nil, "-o", "json", "status"), &st)
+	if st.Remote == nil {
+		t.Fatal("status shows no remote")
+	}
+	return *st.Remote
 }

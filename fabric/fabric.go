@@ -52,6 +52,10 @@ type Options struct {
 	// CacheSize bounds the local store's bytes when Remote is set (LRU;
 	// objects of live attempts stay); zero leaves it unbounded.
 	CacheSize int64
+	// RemoteAsync acknowledges writes once committed locally and queued
+	// (durably, in <state>/upload-queue) for upload, instead of once in the
+	// remote; the queue survives restarts.
+	RemoteAsync bool
 	// ProjectionCommand runs the FUSE projection server as a child process
 	// (esfd passes itself with "fuse-server"). Empty serves the projection
 	// in-process, which only tests should do: a process that serves a FUSE
@@ -264,6 +268,9 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	if opts.Remote != nil {
 		// f.journal is set below, before any operation can evict.
 		topts := tier.Options{Local: f.local, Remote: opts.Remote, Logger: f.log, CacheSize: opts.CacheSize, Pinned: f.pinnedRoots}
+		if opts.RemoteAsync {
+			topts.QueueDir = filepath.Join(stateDir, "upload-queue")
+		}
 		if f.tier, err = tier.New(topts); err != nil {
 			return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 		}
@@ -346,6 +353,9 @@ func (f *Fabric) Close() error {
 		// The projection server (a child process) and live attempts' mounts
 		// stay: a restarted daemon adopts them. An in-process projection
 		// (tests) cannot outlive us; StopAll tears everything down.
+		if f.tier != nil {
+			f.tier.Close() // the upload queue stays for the next start
+		}
 		jerr := f.journal.Close()
 		f.closeErr = errors.Join(jerr, f.lock.Close()) // releases the flock
 		f.log.Info("state closed", "state_dir", f.stateDir)
@@ -366,6 +376,51 @@ type Status struct {
 	StateDir string
 	Objects  int64 // objects in the local store
 	Bytes    int64 // their total size
+	// Remote describes the remote content store, nil without one.
+	Remote *RemoteStatus
+}
+
+// RemoteStatus describes the remote content store and the cache.
+type RemoteStatus struct {
+	Location   string `json:"location"`
+	Durability string `json:"durability"` // sync or async
+	// Queue: writes and objects waiting for upload (async), and the last
+	// upload failure ("" once one succeeded).
+	QueueFiles   int    `json:"queue_files"`
+	QueueObjects int    `json:"queue_objects"`
+	QueueError   string `json:"queue_error,omitempty"`
+	// Traffic since the daemon started.
+	Fetches       int64 `json:"fetches"`
+	FetchedBytes  int64 `json:"fetched_bytes"`
+	Uploads       int64 `json:"uploads"`
+	UploadedBytes int64 `json:"uploaded_bytes"`
+	Corrupt       int64 `json:"corrupt_fetches"`
+	Evictions     int64 `json:"evictions"`
+	// CacheSize is the bound (0: none), CacheUsed what the tier counts.
+	CacheSize int64 `json:"cache_size"`
+	CacheUsed int64 `json:"cache_used"`
+}
+
+// RemoteStatus reports the remote content store, or nil without one.
+func (f *Fabric) RemoteStatus() *RemoteStatus {
+	if f.tier == nil {
+		return nil
+	}
+	st := f.tier.Stats()
+	q := f.tier.QueueStatus()
+	rs := &RemoteStatus{Durability: "sync",
+		QueueFiles: q.Files, QueueObjects: q.Objects, QueueError: q.LastError,
+		Fetches: st.Fetches.Load(), FetchedBytes: st.FetchedBytes.Load(),
+		Uploads: st.Uploads.Load(), UploadedBytes: st.UploadedBytes.Load(),
+		Corrupt: st.Corrupt.Load(), Evictions: st.Evictions.Load(),
+		CacheSize: f.opts.CacheSize, CacheUsed: f.tier.CacheUsed()}
+	if f.opts.RemoteAsync {
+		rs.Durability = "async"
+	}
+	if l, ok := f.opts.Remote.(interface{ Location() string }); ok {
+		rs.Location = l.Location()
+	}
+	return rs
 }
 
 // Status reports the version, the state dir and the object tally. Right
@@ -376,7 +431,7 @@ func (f *Fabric) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("status: %w", err)
 	}
-	return Status{Version: Version, StateDir: f.stateDir, Objects: objects, Bytes: bytes}, nil
+	return Status{Version: Version, StateDir: f.stateDir, Objects: objects, Bytes: bytes, Remote: f.RemoteStatus()}, nil
 }
 
 // resolveRoot turns the id a caller names (a root id in hex, or a node id)

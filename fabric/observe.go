@@ -43,3 +43,12 @@ func (f *Fabric) WASIMemory() (budget, inUse uint64, waiting int) {
 	s := f.wasm.MemoryStats()
 	return s.Budget, s.InUse, s.Waiting
 }
+
+// RemoteCounters implements metrics.RemoteSource.
+func (f *Fabric) RemoteCounters() (queued, fetches, uploads, corrupt, evictions int64, ok bool) {
+	if f.tier == nil {
+		return 0, 0, 0, 0, 0, false
+	}
+	st := f.tier.Stats()
+	return int64(f.tier.QueueStatus().Objects), st.Fetches.Load(), st.Uploads.Load(), st.Corrupt.Load(), st.Evictions.Load(), true
+}

@@ -29,6 +29,15 @@ type Source interface {
 	WASIMemory() (budget, inUse uint64, waiting int)
 }
 
+// RemoteSource is what a daemon with a remote content store (esfd
+// --cas-remote) reports besides Source; fabric implements it.
+type RemoteSource interface {
+	// RemoteCounters returns the objects waiting in the upload queue and
+	// the cache's fetches, uploads, corrupt fetches and evictions so far;
+	// ok is false without a remote store.
+	RemoteCounters() (queued, fetches, uploads, corrupt, evictions int64, ok bool)
+}
+
 // Metrics is one daemon's registry.
 type Metrics struct {
 	reg *prometheus.Registry
@@ -72,6 +81,29 @@ func New(src Source) *Metrics {
 			func() float64 { _, _, w := src.WASIMemory(); return float64(w) }),
 		&fuseCollector{path: src.ProjectionStats},
 	)
+	if rs, ok := src.(RemoteSource); ok {
+		if _, _, _, _, _, ok := rs.RemoteCounters(); ok {
+			counter := func(name, help string, pick func(q, f, u, c, e int64) int64) prometheus.Collector {
+				return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+					q, f, u, c, e, _ := rs.RemoteCounters()
+					return float64(pick(q, f, u, c, e))
+				})
+			}
+			reg.MustRegister(
+				prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "esf_remote_upload_queue_objects",
+					Help: "Objects acknowledged locally and waiting for upload to the remote content store (async durability)."},
+					func() float64 { q, _, _, _, _, _ := rs.RemoteCounters(); return float64(q) }),
+				counter("esf_remote_fetches_total", "Objects fetched from the remote content store into the cache.",
+					func(_, f, _, _, _ int64) int64 { return f }),
+				counter("esf_remote_uploads_total", "Objects uploaded to the remote content store.",
+					func(_, _, u, _, _ int64) int64 { return u }),
+				counter("esf_remote_corrupt_fetches_total", "Fetches refused because the remote's bytes did not match twice.",
+					func(_, _, _, c, _ int64) int64 { return c }),
+				counter("esf_cache_evictions_total", "Objects evicted from the cache by --cache-size.",
+					func(_, _, _, _, e int64) int64 { return e }),
+			)
+		}
+	}
 	return m
 }
 

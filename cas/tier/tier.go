@@ -67,6 +67,10 @@ type Options struct {
 	// Pinned returns the roots whose cached objects eviction keeps (the
 	// base roots of live attempts).
 	Pinned func(context.Context) ([]cas.ID, error)
+	// QueueDir, if set, makes durability async: writes return once their
+	// objects are committed locally and named in the upload queue kept in
+	// this directory, which an uploader drains (queue.go). Close stops it.
+	QueueDir string
 }
 
 // Stats counts the tier's traffic, for tests, status and metrics.
@@ -96,6 +100,8 @@ type Store struct {
 
 	pinnedRoots func(context.Context) ([]cas.ID, error)
 	evicting    sync.Mutex
+	queue       *queue // nil: sync durability
+	drainMu     sync.Mutex
 
 	stats Stats
 }
@@ -127,6 +133,14 @@ func New(opts Options) (*Store, error) {
 		if err := t.seedCache(context.Background(), false); err != nil {
 			return nil, fmt.Errorf("tier: count the cache: %w", err)
 		}
+	}
+	if opts.QueueDir != "" {
+		q, err := openQueue(opts.QueueDir)
+		if err != nil {
+			return nil, fmt.Errorf("tier: %w", err)
+		}
+		t.queue = q
+		t.startUploader()
 	}
 	return t, nil
 }
@@ -319,8 +333,26 @@ type written struct {
 	created bool
 }
 
-// durable makes the written objects durable in the remote.
+// durable makes the written objects durable in the remote, or (async)
+// names them in the upload queue.
 func (t *Store) durable(ctx context.Context, ws []written) error {
+	if t.queue != nil {
+		var ids []cas.ID
+		seen := map[cas.ID]bool{}
+		for _, w := range ws {
+			if !seen[w.ID] && !t.isKnown(w.ID) {
+				seen[w.ID] = true
+				ids = append(ids, w.ID)
+			}
+		}
+		if err := t.queue.add(ids); err != nil {
+			return err
+		}
+		for _, w := range ws {
+			t.touch(ctx, w.ID, w.Size)
+		}
+		return nil
+	}
 	var up []s3store.Source
 	var check []written
 	seen := map[cas.ID]bool{}

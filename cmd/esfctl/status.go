@@ -22,13 +22,26 @@ func (a *app) statusCommand() *cli.Command {
 			if a.json {
 				return a.printJSON(st)
 			}
-			a.table([][2]string{
+			rows := [][2]string{
 				{"version", st.Version},
 				{"state_dir", st.StateDir},
 				{"socket", a.socket},
 				{"objects", fmt.Sprint(st.Objects)},
 				{"bytes", fmt.Sprintf("%d (%s)", st.Bytes, humanBytes(st.Bytes))},
-			})
+			}
+			if r := st.Remote; r != nil {
+				queue := fmt.Sprintf("%d objects in %d writes", r.QueueObjects, r.QueueFiles)
+				if r.QueueError != "" {
+					queue += "; last error: " + r.QueueError
+				}
+				rows = append(rows,
+					[2]string{"remote", r.Location},
+					[2]string{"durability", r.Durability},
+					[2]string{"upload_queue", queue},
+					[2]string{"fetched", fmt.Sprintf("%d objects (%s)", r.Fetches, humanBytes(r.FetchedBytes))},
+					[2]string{"uploaded", fmt.Sprintf("%d objects (%s)", r.Uploads, humanBytes(r.UploadedBytes))})
+			}
+			a.table(rows)
 			return nil
 		}),
 	}

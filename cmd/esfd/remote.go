@@ -18,8 +18,8 @@ func remoteFlags() []cli.Flag {
 		casRemoteFlag(),
 		&cli.StringFlag{
 			Name: "remote-durability",
-			Usage: "with --cas-remote: sync answers a seal only once its new objects are durable in the remote " +
-				"(the only mode so far)",
+			Usage: "with --cas-remote: sync answers a seal only once its new objects are durable in the remote; " +
+				"async once they are committed locally and queued (in <state>/upload-queue, surviving restarts) for upload",
 			Value:   "sync",
 			Sources: cli.EnvVars("ESF_REMOTE_DURABILITY"),
 		},
@@ -48,8 +48,8 @@ func openRemote(ctx context.Context, cmd *cli.Command, state string, log *slog.L
 		return nil, nil
 	}
 	// The projection server has no --remote-durability: it only reads.
-	if d := cmd.String("remote-durability"); d != "" && d != "sync" {
-		return nil, fmt.Errorf("--remote-durability %q: only sync is implemented", d)
+	if d := cmd.String("remote-durability"); d != "" && d != "sync" && d != "async" {
+		return nil, fmt.Errorf("--remote-durability %q: want sync or async", d)
 	}
 	u, err := s3store.ParseURL(raw)
 	if err != nil {
@@ -64,6 +64,6 @@ func openRemote(ctx context.Context, cmd *cli.Command, state string, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	log.Info("content on a remote store", "remote", st.Location(), "endpoint", u.Endpoint, "durability", "sync")
+	log.Info("content on a remote store", "remote", st.Location(), "endpoint", u.Endpoint, "durability", cmd.String("remote-durability"))
 	return st, nil
 }

@@ -85,7 +85,7 @@ func TestCASRemoteFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--cas-remote", "http://bucket/x"}, "--cas-remote"},
 		{[]string{"--cas-remote", "s3://b/x?endpoint=http://127.0.0.1:1&bogus=1"}, "bogus"},
-		{[]string{"--cas-remote", "s3://b/x?endpoint=http://127.0.0.1:1", "--remote-durability", "async"}, "only sync"},
+		{[]string{"--cas-remote", "s3://b/x?endpoint=http://127.0.0.1:1", "--remote-durability", "later"}, "sync or async"},
 		{[]string{"--cache-size", "10G"}, "--cas-remote"},
 		{[]string{"--cas-remote", "s3://b/x?endpoint=http://127.0.0.1:1", "--cache-size", "lots"}, "--cache-size"},
 	} {

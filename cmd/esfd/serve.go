@@ -264,6 +264,7 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	}
 	if remote != nil {
 		opts.Remote = remote
+		opts.RemoteAsync = cmd.String("remote-durability") == "async"
 		if opts.CacheSize, err = size.Parse(cmd.String("cache-size")); err != nil {
 			return fmt.Errorf("--cache-size: %w", err)
 		}
