@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/esf-dev/esf/cas"
+	s3store "github.com/esf-dev/esf/cas/s3"
+	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/gc"
 	"github.com/esf-dev/esf/journal"
 )
@@ -25,17 +27,27 @@ import (
 // CollectRequest runs one collection.
 type CollectRequest struct {
 	DryRun bool `json:"dry_run,omitempty"`
+	// Remote collects the remote content store (esfd --cas-remote) instead
+	// of the local one; RemoteGraceSeconds keeps keys younger than that
+	// (default 3600).
+	Remote             bool  `json:"remote,omitempty"`
+	RemoteGraceSeconds int64 `json:"remote_grace_seconds,omitempty"`
 }
 
 // CollectReport is what a collection found and reclaimed.
 type CollectReport struct {
 	gc.Report
 	Millis int64 `json:"ms"`
+	// Remote is the remote collection's report (CollectRequest.Remote).
+	Remote *s3store.CollectReport `json:"remote,omitempty"`
 }
 
 // Collect garbage-collects the content store. A second collection while
 // one runs fails with ErrFailedPrecondition.
 func (f *Fabric) Collect(ctx context.Context, req CollectRequest) (CollectReport, error) {
+	if req.Remote {
+		return f.collectRemote(ctx, req)
+	}
 	start := time.Now()
 	rep, err := gc.Collect(ctx, f.store, f.liveRoots, gc.SweepOptions{DryRun: req.DryRun})
 	if err != nil {
@@ -130,4 +142,64 @@ func (f *Fabric) pinnedRoots(ctx context.Context) ([]cas.ID, error) {
 		})
 	})
 	return roots, err
+}
+
+// remoteCollector is the remote store's GC (cas/s3).
+type remoteCollector interface {
+	Collect(ctx context.Context, opts s3store.CollectOptions) (s3store.CollectReport, error)
+}
+
+// collectRemote collects the remote content store with the local GC's
+// writer protocol: an epoch of the tracker every write of this daemon goes
+// through, the marked set, and deletions under the tracker's per-id locks
+// (each deleted id is forgotten by the cache's "known remote" set under the
+// same lock, so a write that dedups against it uploads it again). Writes of
+// other workers are protected by the grace period only (keys younger than
+// it stay): run it where one worker writes, or with a grace longer than any
+// seal.
+func (f *Fabric) collectRemote(ctx context.Context, req CollectRequest) (CollectReport, error) {
+	start := time.Now()
+	rc, ok := f.opts.Remote.(remoteCollector)
+	if f.tier == nil || !ok {
+		return CollectReport{}, fmt.Errorf("gc --remote: no remote content store (esfd --cas-remote): %w", errdefs.ErrFailedPrecondition)
+	}
+	ep, err := f.store.Begin()
+	if err != nil {
+		return CollectReport{}, fmt.Errorf("gc --remote: %w", err)
+	}
+	defer ep.End()
+	if err := ep.Wait(ctx); err != nil {
+		return CollectReport{}, fmt.Errorf("gc --remote: %w", err)
+	}
+	roots, extra, err := f.liveRoots(ctx)
+	if err != nil {
+		return CollectReport{}, fmt.Errorf("gc --remote: roots: %w", err)
+	}
+	roots = append(roots, ep.Deps()...)
+	live := gc.NewSet()
+	if err := gc.Mark(ctx, f.store, roots, extra, live.Add); err != nil {
+		return CollectReport{}, fmt.Errorf("gc --remote: %w", err)
+	}
+	grace := time.Hour
+	if req.RemoteGraceSeconds > 0 {
+		grace = time.Duration(req.RemoteGraceSeconds) * time.Second
+	}
+	rrep, err := rc.Collect(ctx, s3store.CollectOptions{
+		Live: live.Has, Grace: grace, DryRun: req.DryRun, Now: f.now,
+		Guard: func(ids []cas.ID, fn func(keep func(cas.ID) bool) error) error {
+			return f.store.Guard(ids, func(keep func(cas.ID) bool) error {
+				err := fn(keep)
+				f.tier.Forget(ids)
+				return err
+			})
+		},
+	})
+	if err != nil {
+		return CollectReport{}, fmt.Errorf("gc --remote: %w", err)
+	}
+	f.log.Info("gc --remote", "dry_run", req.DryRun, "live", live.Len(), "examined", rrep.Examined, "deleted", rrep.Deleted,
+		"bytes_reclaimed", rrep.BytesReclaimed, "packs_rewritten", rrep.PacksRewritten, "packs_deleted", rrep.PacksDeleted,
+		"orphans", rrep.Orphans, "kept_young", rrep.KeptYoung, "ms", time.Since(start).Milliseconds())
+	return CollectReport{Report: gc.Report{Examined: rrep.Examined, Live: int64(live.Len()), Deleted: rrep.Deleted,
+		BytesReclaimed: rrep.BytesReclaimed, DryRun: req.DryRun}, Millis: time.Since(start).Milliseconds(), Remote: &rrep}, nil
 }

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
@@ -302,5 +304,60 @@ func TestRemoteFsck(t *testing.T) {
 	plain := openTest(t, t.TempDir())
 	if _, err := plain.FsckRemote(ctx); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Fatalf("fsck --remote without a remote: %v", err)
+	}
+}
+
+// gc --remote: unreachable objects leave the bucket once older than the
+// grace period, reachable ones stay (fsck --remote clean), and content
+// written again after its collection is uploaded again (the cache forgot
+// it was remote).
+func TestRemoteCollect(t *testing.T) {
+	testenv.Require(t, "s3")
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	remote := remoteStore(t, srv, srv.Bucket(t))
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	f, err := Open(ctx, Options{StateDir: t.TempDir(), Remote: remote, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	newGroup(t, f, map[string]string{"keep": "kept content", "big": string(bytes.Repeat([]byte("K"), 300<<10))})
+	src := t.TempDir()
+	garbage := string(bytes.Repeat([]byte("G"), 300<<10))
+	os.WriteFile(filepath.Join(src, "g1"), []byte(garbage), 0o644)
+	os.WriteFile(filepath.Join(src, "g2"), []byte("small garbage"), 0o644)
+	if _, err := f.Import(ctx, ImportSource{Path: src}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := f.Collect(ctx, CollectRequest{Remote: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Deleted != 0 || rep.Remote == nil || rep.Remote.KeptYoung == 0 {
+		t.Fatalf("gc --remote within the grace period: %+v", rep)
+	}
+	offset.Store(int64(2 * time.Hour))
+	rep, err = f.Collect(ctx, CollectRequest{Remote: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Deleted != 3 { // g1, g2 and the garbage root tree
+		t.Fatalf("gc --remote: %+v (remote %+v), want 3 deleted", rep, *rep.Remote)
+	}
+	if ok, _ := remote.Has(ctx, cas.Sum([]byte(garbage))); ok {
+		t.Fatal("the garbage blob is still in the bucket")
+	}
+	fr, err := f.FsckRemote(ctx)
+	if err != nil || len(fr.Missing) != 0 || len(fr.Bad) != 0 {
+		t.Fatalf("fsck --remote after gc --remote: %+v, %v", fr, err)
+	}
+	// The cache still holds the garbage; importing it again must upload it.
+	if _, err := f.Import(ctx, ImportSource{Path: src}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := remote.Has(ctx, cas.Sum([]byte(garbage))); !ok || err != nil {
+		t.Fatalf("content imported again after its remote collection is not in the bucket: %v", err)
 	}
 }

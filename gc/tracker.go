@@ -147,6 +147,33 @@ func (t *Tracker) DeleteUnless(ctx context.Context, id cas.ID, keep func(cas.ID)
 	return info, true, nil
 }
 
+// Guard runs fn holding the locks that writers' records of ids take, with
+// keep reporting the ids the open epoch recorded (false for all without an
+// epoch). A deletion fn makes of an id keep does not report is atomic with
+// respect to writers as DeleteUnless's is; it is for deletions outside the
+// wrapped store (the remote tier behind a cache). Locks are taken in stripe
+// order, so concurrent Guards do not deadlock.
+func (t *Tracker) Guard(ids []cas.ID, fn func(keep func(cas.ID) bool) error) error {
+	var held [64]bool
+	for _, id := range ids {
+		held[id[0]%byte(len(t.stripes))] = true
+	}
+	for i := range t.stripes {
+		if held[i] {
+			t.stripes[i].Lock()
+		}
+	}
+	defer func() {
+		for i := range t.stripes {
+			if held[i] {
+				t.stripes[i].Unlock()
+			}
+		}
+	}()
+	ep := t.epoch.Load()
+	return fn(func(id cas.ID) bool { return ep != nil && ep.set.Has(id) })
+}
+
 // NewBatch implements cas.Batcher: the wrapped store's batch (or plain
 // Puts), recorded like Put.
 func (t *Tracker) NewBatch() cas.Batch {

@@ -528,6 +528,11 @@ func (s *Store) Walk(ctx context.Context, fn func(cas.Info) error) error {
 
 // list calls fn for every key under prefix with its size.
 func (s *Store) list(ctx context.Context, prefix string, fn func(key string, size int64) error) error {
+	return s.listObjects(ctx, prefix, func(o types.Object) error { return fn(aws.ToString(o.Key), aws.ToInt64(o.Size)) })
+}
+
+// listObjects calls fn for every object under prefix.
+func (s *Store) listObjects(ctx context.Context, prefix string, fn func(types.Object) error) error {
 	p := awss3.NewListObjectsV2Paginator(s.c, &awss3.ListObjectsV2Input{Bucket: aws.String(s.bucket), Prefix: aws.String(prefix)})
 	for p.HasMorePages() {
 		s.stats.Lists.Add(1)
@@ -536,7 +541,7 @@ func (s *Store) list(ctx context.Context, prefix string, fn func(key string, siz
 			return wrap("list "+prefix, err)
 		}
 		for _, o := range page.Contents {
-			if err := fn(aws.ToString(o.Key), aws.ToInt64(o.Size)); err != nil {
+			if err := fn(o); err != nil {
 				return err
 			}
 		}

@@ -14,7 +14,10 @@
 //
 // Writes (Put, batches): the object is stored locally first, then made
 // durable in the remote before the call returns (sync durability): a seal
-// is answered only once its new objects are in the remote. Objects the
+// is answered only once its new objects are in the remote. Has and Stat
+// count as references (a writer that finds an object references it): a
+// cached object not known to be in the remote is made durable there before
+// they answer. Objects the
 // local store reports as new are uploaded without asking; objects it
 // already held are uploaded only if the remote lacks them (an earlier seal
 // may have failed after its local commit). The tier remembers which objects
@@ -274,6 +277,16 @@ func (t *Store) markKnown(ids ...cas.ID) {
 	t.mu.Unlock()
 }
 
+// Forget drops ids from what the tier knows to be in the remote (the
+// remote's GC deleted them): a later write of one uploads it again.
+func (t *Store) Forget(ids []cas.ID) {
+	t.mu.Lock()
+	for _, id := range ids {
+		delete(t.known, id)
+	}
+	t.mu.Unlock()
+}
+
 func (t *Store) isKnown(id cas.ID) bool {
 	t.mu.Lock()
 	_, ok := t.known[id]
@@ -281,17 +294,30 @@ func (t *Store) isKnown(id cas.ID) bool {
 	return ok
 }
 
-// Has implements cas.Haser: the cache, then the remote.
+// Has implements cas.Haser: the cache, then the remote. A writer that
+// finds an object with Has references it without a Put (dedup), so an
+// object the cache holds but the remote is not known to hold is made
+// durable there first, as a write of it would be.
 func (t *Store) Has(ctx context.Context, id cas.ID) (bool, error) {
-	if ok, err := t.local.Has(ctx, id); err != nil || ok {
-		return ok, err
+	_, err := t.Stat(ctx, id)
+	if errors.Is(err, cas.ErrNotFound) {
+		return false, nil
 	}
-	return t.remote.Has(ctx, id)
+	return err == nil, err
 }
 
-// Stat implements cas.Statter: the cache, then the remote.
+// Stat implements cas.Statter: the cache, then the remote; like Has, it
+// makes a cached object durable in the remote first.
 func (t *Store) Stat(ctx context.Context, id cas.ID) (cas.Info, error) {
 	info, err := t.local.Stat(ctx, id)
+	if err == nil {
+		if !t.isKnown(id) {
+			if err := t.durable(ctx, []written{{info, false}}); err != nil {
+				return cas.Info{}, err
+			}
+		}
+		return info, nil
+	}
 	if !errors.Is(err, cas.ErrNotFound) {
 		return info, err
 	}

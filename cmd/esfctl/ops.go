@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -22,6 +23,8 @@ func (a *app) gcCommand() *cli.Command {
 		Usage: "delete stored objects no node, attempt or record reaches",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "count what would be deleted, delete nothing"},
+			&cli.BoolFlag{Name: "remote", Usage: "collect the remote content store (esfd --cas-remote) instead: unreachable objects, packs below half live, orphaned packs"},
+			&cli.DurationFlag{Name: "remote-grace", Usage: "with --remote: keep keys younger than this (other workers' uploads in flight)", Value: time.Hour},
 			idempotencyKeyFlag(),
 		},
 		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
@@ -32,7 +35,11 @@ func (a *app) gcCommand() *cli.Command {
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
 			bar := a.spinner("collecting")
-			rep, err := a.client.Collect(ctx, fabric.CollectRequest{DryRun: cmd.Bool("dry-run")}, opt)
+			req := fabric.CollectRequest{DryRun: cmd.Bool("dry-run"), Remote: cmd.Bool("remote")}
+			if req.Remote {
+				req.RemoteGraceSeconds = max(int64(cmd.Duration("remote-grace").Seconds()), 1)
+			}
+			rep, err := a.client.Collect(ctx, req, opt)
 			bar.Finish()
 			if err != nil {
 				return err
@@ -44,12 +51,19 @@ func (a *app) gcCommand() *cli.Command {
 			if rep.DryRun {
 				deleted = "would delete"
 			}
-			a.table([][2]string{
+			rows := [][2]string{
 				{"examined", fmt.Sprint(rep.Examined)},
 				{"live", fmt.Sprint(rep.Live)},
 				{deleted, fmt.Sprint(rep.Deleted)},
 				{"bytes reclaimed", humanBytes(rep.BytesReclaimed)},
-			})
+			}
+			if r := rep.Remote; r != nil {
+				rows = append(rows, [2]string{"packs rewritten", fmt.Sprint(r.PacksRewritten)},
+					[2]string{"packs deleted", fmt.Sprint(r.PacksDeleted)},
+					[2]string{"orphaned packs", fmt.Sprint(r.Orphans)},
+					[2]string{"kept (younger than grace)", fmt.Sprint(r.KeptYoung)})
+			}
+			a.table(rows)
 			return nil
 		}),
 	}
