@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/cas/local"
+	s3store "github.com/esf-dev/esf/cas/s3"
+	"github.com/esf-dev/esf/cas/tier"
 	"github.com/esf-dev/esf/fusefs"
 )
 
@@ -29,7 +32,7 @@ import (
 const RoleArg = "esf-bench-role"
 
 const (
-	roleFuseServer = "fuse-server" // STATE_DIR [PROFILE]: the projection of STATE_DIR/cas at STATE_DIR/mnt
+	roleFuseServer = "fuse-server" // STATE_DIR [PROFILE] [--cas-remote=URL]: the projection of STATE_DIR/cas at STATE_DIR/mnt
 	roleLoopback   = "loopback"    // SRC MNT [PROFILE]: go-fuse's stock loopback of SRC at MNT
 )
 
@@ -82,6 +85,17 @@ func serveProjection(ctx context.Context, args []string) error {
 	if len(args) < 1 {
 		return errors.New("usage: fuse-server STATE_DIR [PROFILE]")
 	}
+	// --cas-remote=URL (anywhere): fetch misses from that S3 store, as
+	// `esfd fuse-server --cas-remote` does (credentials from the AWS
+	// environment variables).
+	remote := ""
+	args = slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+		if v, ok := strings.CutPrefix(a, "--cas-remote="); ok {
+			remote = v
+			return true
+		}
+		return false
+	})
 	state := args[0]
 	profile := ""
 	if len(args) > 1 {
@@ -93,7 +107,25 @@ func serveProjection(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fsys, err := fusefs.New(fusefs.Options{Store: st})
+	var store fusefs.PathStore = st
+	if remote != "" {
+		u, err := s3store.ParseURL(remote)
+		if err != nil {
+			return err
+		}
+		c, err := s3store.NewClient(ctx, u)
+		if err != nil {
+			return err
+		}
+		rs, err := s3store.New(s3store.Options{Client: c, Bucket: u.Bucket, Prefix: u.Prefix})
+		if err != nil {
+			return err
+		}
+		if store, err = tier.New(tier.Options{Local: st, Remote: rs}); err != nil {
+			return err
+		}
+	}
+	fsys, err := fusefs.New(fusefs.Options{Store: store})
 	if err != nil {
 		return err
 	}
