@@ -66,7 +66,11 @@ func TestStatus(t *testing.T) {
 		}
 	}
 	m := jsonObject(t, d.mustCtl(nil, "status", "-o", "json").stdout)
-	if !reflect.DeepEqual(keys(m), []string{"bytes", "objects", "state_dir", "version"}) || m["state_dir"] != d.state || m["objects"] != 0.0 {
+	want := []string{"bytes", "objects", "state_dir", "version"}
+	if sharedRemote.srv != nil {
+		want = []string{"bytes", "objects", "remote", "state_dir", "version"} // ESF_E2E_CAS_REMOTE
+	}
+	if !reflect.DeepEqual(keys(m), want) || m["state_dir"] != d.state || m["objects"] != 0.0 {
 		t.Errorf("status -o json: %v", m)
 	}
 	fi, err := os.Lstat(d.socket)

@@ -51,6 +51,12 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
+	if stop, err := startSharedRemote(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: ESF_E2E_CAS_REMOTE: %v\n", err)
+		return 1
+	} else if stop != nil {
+		defer stop()
+	}
 	return m.Run()
 }
 
@@ -125,7 +131,7 @@ func startDaemonWith(t *testing.T, state string, flags ...string) *daemon {
 	if state != "" {
 		d.state = state
 	}
-	d.cmd = exec.Command(esfdBin, append([]string{"--state", d.state, "--socket", d.socket, "--log-level", "debug"}, flags...)...)
+	d.cmd = exec.Command(esfdBin, append([]string{"--state", d.state, "--socket", d.socket, "--log-level", "debug"}, remoteFlags(d.state, flags)...)...)
 	d.cmd.Stderr = d.logs
 	d.cmd.Stdout = d.logs
 	if err := d.cmd.Start(); err != nil {

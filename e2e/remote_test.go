@@ -1,14 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/internal/s3test"
 )
 
@@ -153,4 +156,45 @@ func remoteStatus(t *testing.T, d *daemon) remoteJSON {
 		t.Fatal("status shows no remote")
 	}
 	return *st.Remote
+}
+
+// ESF_E2E_CAS_REMOTE=1 runs every daemon of the suite with --cas-remote on
+// one versitygw (the FR tests that involve content, through the verified
+// cache): startSharedRemote starts it in TestMain, remoteFlags adds the
+// flag to daemons whose test did not choose their own remote.
+var sharedRemote struct {
+	srv    *s3test.Server
+	bucket string
+}
+
+func startSharedRemote() (stop func(), err error) {
+	if os.Getenv("ESF_E2E_CAS_REMOTE") == "" {
+		return nil, nil
+	}
+	srv, err := s3test.StartServer()
+	if err != nil {
+		return nil, err
+	}
+	bucket, err := srv.NewBucket(context.Background())
+	if err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	for _, kv := range append(srv.Env(), "AWS_EC2_METADATA_DISABLED=true") {
+		k, v, _ := strings.Cut(kv, "=")
+		os.Setenv(k, v)
+	}
+	sharedRemote.srv, sharedRemote.bucket = srv, bucket
+	return srv.Stop, nil
+}
+
+// remoteFlags adds the shared server's --cas-remote with a prefix of the
+// daemon's own (by state dir: a restarted daemon finds its content again),
+// so tests stay as independent as with local stores.
+func remoteFlags(state string, flags []string) []string {
+	if sharedRemote.srv == nil || slices.Contains(flags, "--cas-remote") {
+		return flags
+	}
+	prefix := cas.Sum([]byte(state)).Short()
+	return append(slices.Clone(flags), "--cas-remote", sharedRemote.srv.URL(sharedRemote.bucket, prefix))
 }
