@@ -178,6 +178,13 @@ func (s *Store) commit(ctx context.Context, t *tx) (outcome, error) {
 		clientv3.Compare(clientv3.Version(k.commitPrefix()).WithRange(prefixEnd(k.commitPrefix())), "=", 0),
 		clientv3.Compare(clientv3.Version(k.abort(t.bucket, t.txid)), "=", 0),
 	}
+	if r := s.reg.Load(); r != nil && r.isLost.Load() {
+		return 0, ErrFenced
+	}
+	fc := s.fence.Load()
+	if fc != nil {
+		fixed = append(fixed, fc.cmp())
+	}
 	cmps := append(t.compares(s.lim.ops-len(fixed)-1), fixed...)
 	size := cmpCost(cmps) + opCost(k.done(t.bucket, t.txid), "", 0)
 	for _, w := range ws {
@@ -191,14 +198,15 @@ func (s *Store) commit(ctx context.Context, t *tx) (outcome, error) {
 		ops = append(ops, w.op())
 	}
 	ops = append(ops, clientv3.OpPut(k.done(t.bucket, t.txid), ""))
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(
-		clientv3.OpGet(k.commitPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1)),
-	).Commit()
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Else(s.elseOps(fc)...).Commit()
 	if err != nil {
 		return s.resolve(ctx, t, err)
 	}
 	if resp.Succeeded {
 		return committed, nil
+	}
+	if s.fenced(fc, resp) {
+		return 0, ErrFenced
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		// Blocked by a large transaction, not by a change to what fn read.
@@ -278,9 +286,7 @@ func (s *Store) commitStaged(ctx context.Context, t *tx, ws []write, cmps []clie
 	resp, err := s.cli.Txn(ctx).If(cmps...).Then(
 		clientv3.OpPut(k.commit(t.txid), strconv.Itoa(len(chunks))),
 		clientv3.OpPut(k.done(t.bucket, t.txid), ""),
-	).Else(
-		clientv3.OpGet(k.commitPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1)),
-	).Commit()
+	).Else(s.elseOps(s.fence.Load())...).Commit()
 	var res outcome
 	switch {
 	case err != nil:
@@ -289,6 +295,9 @@ func (s *Store) commitStaged(ctx context.Context, t *tx, ws []write, cmps []clie
 		}
 	case resp.Succeeded:
 		res = committed
+	case s.fenced(s.fence.Load(), resp):
+		cleanup()
+		return 0, ErrFenced
 	default:
 		res = conflicted
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {

@@ -150,6 +150,10 @@ type Store struct {
 	kick     chan struct{} // wakes the indexer
 	// noCompact: the cluster refused this user compaction (auth).
 	noCompact atomic.Bool
+	// fence, once the store registered as a worker, is the compare every
+	// commit carries (worker.go); reg is that registration.
+	fence atomic.Pointer[fence]
+	reg   atomic.Pointer[Registration]
 }
 
 var _ journal.Store = (*Store)(nil)
