@@ -276,6 +276,15 @@ func (c *Client) Status(ctx context.Context) (*StatusResponse, error) {
 	return &out, nil
 }
 
+// Workers lists the workers of the graph and their load.
+func (c *Client) Workers(ctx context.Context) (*WorkersResponse, error) {
+	var out WorkersResponse
+	if err := c.call(ctx, http.MethodGet, "/v1/workers", nil, &out, CallOptions{}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Import imports source, an absolute path on the daemon's host.
 func (c *Client) Import(ctx context.Context, source string, opt CallOptions) (*ImportResponse, error) {
 	var out ImportResponse

@@ -54,6 +54,7 @@ func NewServer(f *fabric.Fabric, opts ServerOptions) *Server {
 	}
 	s := &Server{f: f, log: opts.Logger, observe: opts.Observe, mux: http.NewServeMux(), stopping: make(chan struct{})}
 	s.handle("GET /v1/status", false, s.status)
+	s.handle("GET /v1/workers", false, s.workers)
 	s.handle("POST /v1/import", true, s.importContent)
 	s.handle("POST /v1/export", true, s.exportDir)
 	s.handle("GET /v1/export/{file}", false, s.exportTar)
@@ -263,6 +264,20 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 		Bytes:    st.Bytes,
 		Remote:   st.Remote,
 	})
+	return nil
+}
+
+func (s *Server) workers(w http.ResponseWriter, r *http.Request) error {
+	ws, err := s.f.Workers(r.Context())
+	if err != nil {
+		return err
+	}
+	out := WorkersResponse{Workers: make([]Worker, 0, len(ws)), Fenced: s.f.Fenced()}
+	for _, x := range ws {
+		out.Workers = append(out.Workers, Worker{ID: x.ID, Addr: x.Addr, Capacity: x.Capacity, Live: x.Live,
+			Started: x.Started, TTLMS: x.TTLSeconds * 1000, Self: x.ID == s.f.WorkerID()})
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/export"
 	"github.com/esf-dev/esf/fabric"
@@ -20,6 +22,27 @@ type StatusResponse struct {
 	Bytes    int64  `json:"bytes"`
 	// Remote describes the remote content store (esfd --cas-remote).
 	Remote *fabric.RemoteStatus `json:"remote,omitempty"`
+}
+
+// Worker is one worker of the graph in GET /v1/workers: its id, API
+// address, capacity (live attempts at once, 0 unbounded) and load.
+type Worker struct {
+	ID       string    `json:"id"`
+	Addr     string    `json:"addr,omitempty"`
+	Capacity int       `json:"capacity"`
+	Live     int       `json:"live"`
+	Started  time.Time `json:"started,omitzero"`
+	TTLMS    int64     `json:"ttl_ms,omitempty"`
+	// Self marks the worker that answered.
+	Self bool `json:"self,omitempty"`
+}
+
+// WorkersResponse is the body of GET /v1/workers.
+type WorkersResponse struct {
+	Workers []Worker `json:"workers"`
+	// Fenced says the answering worker lost its registration: it can
+	// change nothing and has stopped its sandboxes (restart it).
+	Fenced bool `json:"fenced,omitempty"`
 }
 
 // ImportRequest is the JSON body of POST /v1/import: a path on the daemon's

@@ -893,6 +893,15 @@ func (f *Fabric) ExpireLeases(ctx context.Context) (int, error) {
 			if !l.Expired(tx.Now()) {
 				return nil // renewed meanwhile
 			}
+			if f.cluster != nil {
+				// Another live worker's attempt is its owner's to end
+				// (its sandbox is there); a dead worker's, the
+				// cluster loop's.
+				rt, err := journal.GetAttemptRuntime(tx, l.AttemptID)
+				if err == nil && rt.Worker != f.worker {
+					return nil
+				}
+			}
 			attemptID = l.AttemptID
 			return releaseInTx(tx, f.callInfo(ctx), l.AttemptID, journal.AttemptFailed, "lease expired")
 		})

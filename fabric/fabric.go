@@ -99,6 +99,11 @@ type Options struct {
 	// negative keeps every result for ever. Results under a caller's own
 	// key are always kept.
 	GeneratedKeyTTL time.Duration
+	// Cluster, with a JournalStore on etcd, is this daemon's registration
+	// as one of the workers of a shared graph (cluster.go). Its id is the
+	// worker name (Worker is ignored). Close closes the registration
+	// (revoking its lease) before the journal.
+	Cluster *Cluster
 	// ContainerMounts are bind mounts every runc container of this daemon
 	// gets (operator configuration, never an API field: a caller must not
 	// be able to mount host paths).
@@ -210,6 +215,12 @@ type Fabric struct {
 	cancelScan context.CancelFunc
 	scanDone   sync.WaitGroup
 
+	// cluster is the membership (nil on a graph of its own); its loop
+	// runs from Open to Close.
+	cluster     *Cluster
+	stopCluster context.CancelFunc
+	clusterDone sync.WaitGroup
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -291,7 +302,17 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 			return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 		}
 	}
-	if f.provKey, err = loadKey(filepath.Join(stateDir, "provenance.key")); err != nil {
+	if opts.Cluster != nil {
+		f.cluster = opts.Cluster
+		f.worker = opts.Cluster.Registration.ID()
+		f.provKey, err = sharedKey(ctx, f.journal)
+	} else {
+		f.provKey, err = loadKey(filepath.Join(stateDir, "provenance.key"))
+	}
+	if err != nil {
+		if opts.JournalStore == nil {
+			f.journal.Close()
+		}
 		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 	}
 	f.projection = &projection{
@@ -316,7 +337,12 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		defer f.scanDone.Done()
 		f.counting.scan(scanCtx, f.log)
 	}()
-	f.log.Info("state opened", "state_dir", stateDir, "version", Version)
+	if f.cluster != nil {
+		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		f.stopCluster = cancel
+		f.clusterDone.Go(func() { f.clusterLoop(cctx) })
+	}
+	f.log.Info("state opened", "state_dir", stateDir, "version", Version, "worker", f.worker)
 	return f, nil
 }
 
@@ -340,6 +366,13 @@ func lockStateDir(dir string) (*os.File, error) {
 // issuing operations first (the API server shuts down before it).
 func (f *Fabric) Close() error {
 	f.closeOnce.Do(func() {
+		var rerr error
+		if f.stopCluster != nil {
+			f.stopCluster()
+			f.clusterDone.Wait()
+			// The worker leaves before its journal closes.
+			rerr = f.cluster.Registration.Close()
+		}
 		f.cancelScan()
 		f.scanDone.Wait()
 		f.bg.Wait()
@@ -357,7 +390,7 @@ func (f *Fabric) Close() error {
 			f.tier.Close() // the upload queue stays for the next start
 		}
 		jerr := f.journal.Close()
-		f.closeErr = errors.Join(jerr, f.lock.Close()) // releases the flock
+		f.closeErr = errors.Join(rerr, jerr, f.lock.Close()) // releases the flock
 		f.log.Info("state closed", "state_dir", f.stateDir)
 	})
 	return f.closeErr

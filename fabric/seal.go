@@ -457,6 +457,9 @@ func (f *Fabric) Recover(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
+		if !f.ownsRuntime(a.Runtime) {
+			continue // another worker's
+		}
 		if a.Runtime != nil {
 			var d rtData
 			json.Unmarshal(a.Runtime.Data, &d)
@@ -596,9 +599,17 @@ func (f *Fabric) StopAll(ctx context.Context) error {
 	for _, q := range queued {
 		live = append([]string{q.id}, live...)
 	}
+	if f.Fenced() {
+		// A fenced worker may change nothing: it stopped its sandboxes
+		// already, and the other workers fail its attempts.
+		live = nil
+	}
 	var errs []error
 	for _, id := range live {
 		a, err := f.attemptView(ctx, id)
+		if err == nil && !f.ownsRuntime(a.Runtime) {
+			continue // another worker's
+		}
 		if err == nil && a.State == journal.AttemptQuiescing {
 			err = f.setAttemptState(ctx, f.callInfo(ctx), id, journal.AttemptQuiescing, journal.AttemptActive)
 		}
@@ -607,6 +618,14 @@ func (f *Fabric) StopAll(ctx context.Context) error {
 		}
 		if err != nil {
 			errs = append(errs, err)
+		}
+	}
+	// On a shared graph, this worker's attempts may have been failed by
+	// the others while it was down: their sandboxes go too.
+	if f.cluster != nil {
+		ents, _ := os.ReadDir(filepath.Join(f.stateDir, "attempts"))
+		for _, e := range ents {
+			f.stopEnded(ctx, e.Name())
 		}
 	}
 	// Read-only binds of projected roots keep the projection busy.

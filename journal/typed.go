@@ -377,6 +377,12 @@ func GetAttemptRuntime(r Reader, attemptID string) (AttemptRuntime, error) {
 	return rt, err
 }
 
+// AttemptRuntimes calls fn for every attempt runtime record (the live and
+// queued attempts, with the worker that owns each), in attempt id order.
+func AttemptRuntimes(r Reader, fn func(AttemptRuntime) error) error {
+	return scanRecords(r, prefixRuntime, "attempt runtime", fn)
+}
+
 // PutAttemptRuntime creates or replaces the runtime record of an existing
 // attempt (ErrNotFound). UpdatedAt becomes tx.Now().
 func PutAttemptRuntime(tx Tx, rt AttemptRuntime) error {

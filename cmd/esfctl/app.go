@@ -159,6 +159,7 @@ func (a *app) root() *cli.Command {
 		},
 		Commands: []*cli.Command{
 			a.statusCommand(),
+			a.workersCommand(),
 			a.importCommand(),
 			a.exportCommand(),
 			a.fsckCommand(),

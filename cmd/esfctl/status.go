@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"text/tabwriter"
 
 	"github.com/urfave/cli/v3"
 )
@@ -43,6 +44,41 @@ func (a *app) statusCommand() *cli.Command {
 			}
 			a.table(rows)
 			return nil
+		}),
+	}
+}
+
+func (a *app) workersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "workers",
+		Usage: "list the workers of the graph (several esfd on one etcd journal) and their load",
+		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
+			if err := exactArgs(cmd, 0); err != nil {
+				return err
+			}
+			ws, err := a.client.Workers(ctx)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(ws)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tADDR\tLIVE\tCAPACITY\t")
+			for _, w := range ws.Workers {
+				id, capa := w.ID, "-"
+				if w.Self {
+					id += " *"
+				}
+				if w.Capacity > 0 {
+					capa = fmt.Sprint(w.Capacity)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t\n", id, w.Addr, w.Live, capa)
+			}
+			if ws.Fenced {
+				fmt.Fprintln(tw, "(this worker lost its registration: it is fenced; restart it)")
+			}
+			return tw.Flush()
 		}),
 	}
 }

@@ -82,7 +82,55 @@ func journalFlags() []cli.Flag {
 			Usage:   "file holding the etcd user's password",
 			Sources: cli.EnvVars("ESF_ETCD_PASSWORD_FILE"),
 		},
+		&cli.StringFlag{
+			Name: "worker",
+			Usage: "this worker's id on an etcd journal (default: the host name); one process per id, " +
+				"a restarted worker takes its id back once its previous lease has ended",
+			Sources: cli.EnvVars("ESF_WORKER"),
+		},
+		&cli.DurationFlag{
+			Name: "worker-ttl",
+			Usage: "the TTL of the worker's etcd lease: a worker silent that long is fenced (its commits refused, " +
+				"its sandboxes stopped) and the others fail its attempts",
+			Value:   10 * time.Second,
+			Sources: cli.EnvVars("ESF_WORKER_TTL"),
+		},
+		&cli.StringFlag{
+			Name: "advertise",
+			Usage: "the API address other workers and clients reach this worker at (https://HOST:PORT); " +
+				"default derived from --listen",
+			Sources: cli.EnvVars("ESF_ADVERTISE"),
+		},
 	}
+}
+
+// registerWorker makes the daemon a worker of the graph on an etcd
+// journal: it registers under a lease of --worker-ttl (waiting for a
+// previous holder of the id to be gone). Nil on a pebble journal.
+func registerWorker(ctx context.Context, cmd *cli.Command, s journal.Store, capacity int, log *slog.Logger) (*fabric.Cluster, error) {
+	es, ok := s.(*journaletcd.Store)
+	if !ok {
+		return nil, nil
+	}
+	id := cmd.String("worker")
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	addr := cmd.String("advertise")
+	if l := cmd.String("listen"); addr == "" && l != "" {
+		scheme := "https://"
+		if cmd.String("tls-cert") == "" {
+			scheme = "http://"
+		}
+		addr = scheme + strings.TrimPrefix(l, "tcp://")
+	}
+	ttl := cmd.Duration("worker-ttl")
+	reg, err := es.Register(ctx, journaletcd.Worker{ID: id, Addr: addr, Capacity: capacity}, ttl)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("registered as a worker", "worker", id, "addr", addr, "ttl", ttl)
+	return &fabric.Cluster{Store: es, Registration: reg, Interval: max(ttl/4, 100*time.Millisecond)}, nil
 }
 
 func serveFlags() []cli.Flag {
@@ -274,14 +322,27 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	if opts.JournalStore, err = openJournal(ctx, cmd, log); err != nil {
 		return err
 	}
+	if opts.Cluster, err = registerWorker(ctx, cmd, opts.JournalStore, opts.MaxLiveAttempts, log); err != nil {
+		opts.JournalStore.Close()
+		return err
+	}
 	f, err := fabric.Open(ctx, opts)
 	if err != nil {
+		if opts.Cluster != nil {
+			opts.Cluster.Registration.Close()
+		}
 		if opts.JournalStore != nil {
 			opts.JournalStore.Close()
 		}
 		return err
 	}
 	defer f.Close()
+	if opts.Cluster != nil {
+		// Runs before f.Close: leaving revokes the lease, so the other
+		// workers fail this one's live attempts at once (on a shared
+		// graph, attempts do not outlive their worker's registration).
+		defer opts.Cluster.Registration.Close()
+	}
 	// Adopt the attempts a previous daemon left (their mounts and the
 	// projection server outlive it), before any request can touch them.
 	// An attempt that cannot be recovered is failed by Recover itself;

@@ -56,14 +56,27 @@ func stopAll(ctx context.Context, cmd *cli.Command) error {
 	if opts.JournalStore, err = openJournal(ctx, cmd, log); err != nil {
 		return err
 	}
+	// On a shared graph, stop-all acts as the worker (--worker) and only
+	// on its attempts: it registers under that id (once esfd's lease is
+	// gone).
+	if opts.Cluster, err = registerWorker(ctx, cmd, opts.JournalStore, 0, log); err != nil {
+		opts.JournalStore.Close()
+		return err
+	}
 	f, err := fabric.Open(ctx, opts)
 	if err != nil {
+		if opts.Cluster != nil {
+			opts.Cluster.Registration.Close()
+		}
 		if opts.JournalStore != nil {
 			opts.JournalStore.Close()
 		}
 		return err
 	}
 	defer f.Close()
+	if opts.Cluster != nil {
+		defer opts.Cluster.Registration.Close()
+	}
 	pid := projectionPid(state)
 	if err := f.StopAll(ctx); err != nil {
 		return fmt.Errorf("stop-all: %w", err)

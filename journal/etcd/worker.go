@@ -68,9 +68,11 @@ type Registration struct {
 	lost chan struct{}
 	once sync.Once
 	// isLost: Lost is closed; every later commit fails without asking.
-	isLost atomic.Bool
-	stop   context.CancelFunc
-	done   chan struct{}
+	isLost    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+	stop      context.CancelFunc
+	done      chan struct{}
 }
 
 // fence is what every commit of a registered store compares.
@@ -269,14 +271,21 @@ func (r *Registration) SetLive(ctx context.Context, live int) error {
 }
 
 // Close revokes the lease (the worker leaves the cluster at once) and stops
-// renewing it.
+// renewing it. Call it before closing the store; closing twice is nil.
 func (r *Registration) Close() error {
-	r.stop()
-	<-r.done
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err := r.s.cli.Revoke(ctx, r.lease)
-	return err
+	r.closeOnce.Do(func() {
+		r.stop()
+		<-r.done
+		if r.isLost.Load() {
+			return // nothing left to revoke
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := r.s.cli.Revoke(ctx, r.lease); err != nil {
+			r.closeErr = fmt.Errorf("worker %s: revoke its lease: %w", r.rec.ID, r.s.mapErr(ctx, err))
+		}
+	})
+	return r.closeErr
 }
 
 // Workers lists the registered workers, by id.
