@@ -41,7 +41,9 @@ func (m *journalMode) args(prefix string) []string {
 	if m.cluster == nil {
 		return nil
 	}
-	return []string{"--journal", m.cluster.URL(prefix)}
+	// A short worker lease: an esfd restarted after a SIGKILL waits for
+	// the lease of the one killed to end before it registers again.
+	return []string{"--journal", m.cluster.URL(prefix), "--worker-ttl", "1s"}
 }
 
 // open opens the journal of state (pebble, in dir) or prefix (etcd).

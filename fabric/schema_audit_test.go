@@ -44,8 +44,9 @@ var durableTypes = map[string]reflect.Type{
 
 // Key prefixes that hold no record: index keys (empty values), counters,
 // parts of recorded results (checked whole through their entry), the
-// store's own keys, and the worker-local runtime records.
-var notRecords = []string{"idx/", "counter/", "idem-part/", "sys/evseq", "sys/schema", "runtime/"}
+// store's own keys, the worker-local runtime records, and the configuration
+// workers of a cluster share (cfg/provenance-key: 32 random bytes).
+var notRecords = []string{"idx/", "counter/", "idem-part/", "sys/evseq", "sys/schema", "runtime/", "cfg/"}
 
 // forbiddenFields are JSON field names that say worker-local truth.
 var forbiddenFields = []string{"path", "mount", "mountpoint", "dir", "private_delta", "inode", "ino", "dev",
