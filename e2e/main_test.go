@@ -102,6 +102,9 @@ type daemon struct {
 	logs   *syncBuffer
 	exited chan struct{}
 	err    error // of Wait, once exited is closed
+	// stopAllFlags go to the teardown's esfd stop-all (a worker on etcd:
+	// its --journal and --worker).
+	stopAllFlags []string
 }
 
 // startDaemon runs esfd on a fresh state dir (or state, when given) and

@@ -18,7 +18,7 @@ func (d *daemon) teardown() {
 	if _, err := os.Stat(d.state); err != nil {
 		return // never created
 	}
-	out, err := exec.Command(esfdBin, "stop-all", "--state", d.state, "--log-level", "warn").CombinedOutput()
+	out, err := exec.Command(esfdBin, append([]string{"stop-all", "--state", d.state, "--log-level", "warn"}, d.stopAllFlags...)...).CombinedOutput()
 	if err != nil {
 		t.Errorf("esfd stop-all: %v\n%s", err, out)
 	}
