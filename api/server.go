@@ -27,6 +27,9 @@ type ServerOptions struct {
 	// Observe, if set, receives every request's operation (the route
 	// pattern), result code ("" for success) and latency, for metrics.
 	Observe func(op, code string, d time.Duration)
+	// Forward, if set, forwards calls on attempts other workers own to
+	// them (forward.go).
+	Forward *ForwardOptions
 }
 
 // Server is the HTTP/JSON face of a Fabric. It translates, and does nothing
@@ -45,6 +48,7 @@ type Server struct {
 	// not wait a whole grace period for them.
 	stopping chan struct{}
 	stopOnce sync.Once
+	fwd      *ForwardOptions
 }
 
 // NewServer returns the handler of every /v1/ endpoint of f.
@@ -52,7 +56,8 @@ func NewServer(f *fabric.Fabric, opts ServerOptions) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{f: f, log: opts.Logger, observe: opts.Observe, mux: http.NewServeMux(), stopping: make(chan struct{})}
+	s := &Server{f: f, log: opts.Logger, observe: opts.Observe, mux: http.NewServeMux(), stopping: make(chan struct{}),
+		fwd: opts.Forward}
 	s.handle("GET /v1/status", false, s.status)
 	s.handle("GET /v1/workers", false, s.workers)
 	s.handle("POST /v1/import", true, s.importContent)
@@ -75,6 +80,9 @@ func NewServer(f *fabric.Fabric, opts ServerOptions) *Server {
 // listener with tokens is authenticated first (auth.go).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.authenticate(w, r) {
+		return
+	}
+	if s.forward(w, r) {
 		return
 	}
 	s.mux.ServeHTTP(w, r)

@@ -3,6 +3,9 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -166,4 +169,76 @@ func TestWorkers_KilledWorkersAttemptsFail(t *testing.T) {
 	if ids := workers(t, b).ids(); ids != "wb" {
 		t.Fatalf("workers after A's death: %s", ids)
 	}
+}
+
+// freePort is a loopback port nobody listens on (now).
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestWorkers_Forwarding: two workers on one etcd, each also listening on
+// loopback with the same tokens. Through B's socket alone, a client pins an
+// activation to A (forwarded), execs in it with and without stdin (the
+// streams forwarded), and seals it (forwarded to the owner); an unpinned
+// activation on B's node stays on B, the least loaded with capacity once A
+// runs one.
+func TestWorkers_Forwarding(t *testing.T) {
+	requireRunc(t)
+	_, url := startEtcd(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("token-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	listen := func(id string) *daemon {
+		flags := []string{"--journal", url, "--worker", id}
+		d := startDaemonWith(t, "", append(flags, "--worker-ttl", "5s", "--max-attempts", "4",
+			"--listen", fmt.Sprintf("tcp://127.0.0.1:%d", freePort(t)), "--tokens", tokens)...)
+		d.stopAllFlags = flags
+		return d
+	}
+	a := listen("wa")
+	b := listen("wb")
+	ga := createGroup(t, a, busyboxTree(t, a))
+	eventually(t, "both workers listed", func() bool { return workers(t, b).ids() == "wa,wb" })
+
+	at := activate(t, b, ga.Node.NodeID, "--executor", "runc", "--worker", "wa")
+	if !strings.HasPrefix(at.Root, filepath.Dir(a.state)) {
+		t.Fatalf("the pinned attempt's root %s is not on worker A (%s)", at.Root, a.state)
+	}
+	r := b.ctl(nil, "exec", at.AttemptID, "--", "/bin/sh", "-c", "echo out; echo err >&2; echo x > /made; exit 3")
+	if r.code != 3 || r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Fatalf("exec through B: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = b.ctl(strings.NewReader("hello\n"), "exec", "-i", at.AttemptID, "--", "cat")
+	if r.code != 0 || r.stdout != "hello\n" {
+		t.Fatalf("exec -i through B: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	s := suspend(t, b, at.AttemptID)
+	if s.Attempt.State != "released" {
+		t.Fatalf("suspend through B: %+v", s.Attempt)
+	}
+
+	// Unpinned: B's own node, with A busy, goes to B.
+	gb := createGroup(t, b, smallTree(t, b, map[string]string{"b.txt": "b\n"}))
+	busy := activate(t, a, ga.Node.NodeID)
+	eventually(t, "A's load published", func() bool {
+		for _, w := range workers(t, b).Workers {
+			if w.ID == "wa" && w.Live == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	onB := activate(t, b, gb.Node.NodeID)
+	if !strings.HasPrefix(onB.Root, filepath.Dir(b.state)) {
+		t.Fatalf("the unpinned attempt's root %s is not on the least loaded worker B (%s)", onB.Root, b.state)
+	}
+	b.mustCtl(nil, "release", busy.AttemptID) // forwarded to A
+	b.mustCtl(nil, "release", onB.AttemptID)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/journal"
 )
@@ -46,7 +47,10 @@ const DefaultLeaseTTL = 10 * time.Minute
 
 // ActivateRequest leases a node for one attempt.
 type ActivateRequest struct {
-	NodeID   string `json:"node_id"`
+	NodeID string `json:"node_id"`
+	// Worker pins the attempt to that worker of the graph (the API
+	// forwards the call to it); empty lets the API place it.
+	Worker   string `json:"worker,omitempty"`
 	Executor string `json:"executor,omitempty"` // "none" (default)
 	// TTLMillis is the lease's time to live; DefaultLeaseTTL when zero.
 	TTLMillis int64 `json:"ttl_ms,omitempty"`
@@ -88,6 +92,9 @@ func (f *Fabric) Activate(ctx context.Context, req ActivateRequest) (AttemptView
 
 func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (AttemptView, error) {
 	var av AttemptView // the committed result (or a replay's first one)
+	if req.Worker != "" && req.Worker != f.worker {
+		return AttemptView{}, fmt.Errorf("activate: pinned to worker %s, this is %s: %w", req.Worker, f.worker, errdefs.ErrFailedPrecondition)
+	}
 	if req.Executor == "" {
 		req.Executor = ExecutorNone
 	}

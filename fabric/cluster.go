@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/journal"
 	journaletcd "github.com/esf-dev/esf/journal/etcd"
 )
@@ -251,4 +252,98 @@ func (f *Fabric) stopOwnSandboxes(ctx context.Context) {
 			f.deleteDelta(id)
 		}()
 	}
+}
+
+// Route says where a call on an attempt (named by its id, or by its
+// lease's) must run: "" when here (this worker owns it, it has no owner,
+// or there is no cluster), else the owner's API address. An owner that
+// lists no address cannot be reached: failed_precondition.
+func (f *Fabric) Route(ctx context.Context, attemptID, leaseID string) (string, error) {
+	if f.cluster == nil || (attemptID == "" && leaseID == "") {
+		return "", nil
+	}
+	owner := ""
+	err := f.journal.View(ctx, func(r journal.Reader) error {
+		if attemptID == "" {
+			l, err := journal.GetLease(r, leaseID)
+			if err != nil {
+				return err
+			}
+			attemptID = l.AttemptID
+		}
+		rt, err := journal.GetAttemptRuntime(r, attemptID)
+		if err == nil {
+			owner = rt.Worker
+		}
+		return nil
+	})
+	if err != nil && !isNotFound(err) {
+		return "", err
+	}
+	if owner == "" || owner == f.worker {
+		return "", nil // here: the operation itself reports what is wrong
+	}
+	return f.workerAddr(ctx, owner)
+}
+
+func (f *Fabric) workerAddr(ctx context.Context, id string) (string, error) {
+	ws, err := f.cluster.Store.Workers(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, w := range ws {
+		if w.ID == id {
+			if w.Addr == "" {
+				return "", fmt.Errorf("worker %s has no API address (--listen, --advertise): %w", id, errdefs.ErrFailedPrecondition)
+			}
+			return w.Addr, nil
+		}
+	}
+	return "", fmt.Errorf("worker %s is not registered (its lease ended): %w", id, errdefs.ErrUnavailable)
+}
+
+// Place chooses the worker an activation runs on: the one it is pinned to
+// (worker), else the least loaded worker with free capacity that is
+// reachable (has an address), this one on a tie. "" is here.
+func (f *Fabric) Place(ctx context.Context, worker string) (string, error) {
+	if f.cluster == nil {
+		if worker != "" && worker != f.worker {
+			return "", fmt.Errorf("no worker %s: this daemon is alone on its graph: %w", worker, errdefs.ErrNotFound)
+		}
+		return "", nil
+	}
+	if worker == f.worker {
+		return "", nil
+	}
+	if worker != "" {
+		return f.workerAddr(ctx, worker)
+	}
+	ws, err := f.cluster.Store.Workers(ctx)
+	if err != nil {
+		return "", err
+	}
+	load := func(w WorkerInfo) float64 {
+		if w.Capacity <= 0 {
+			return float64(w.Live) / 1e6 // unbounded: by count, below any bounded one
+		}
+		return float64(w.Live) / float64(w.Capacity)
+	}
+	var best *WorkerInfo
+	for i := range ws {
+		w := &ws[i]
+		if w.ID == f.worker {
+			live, _ := f.quota.counts()
+			w.Live = live // fresher than the published one
+		}
+		if (w.Addr == "" && w.ID != f.worker) || (w.Capacity > 0 && w.Live >= w.Capacity) {
+			continue
+		}
+		if best == nil || load(*w) < load(*best) || (load(*w) == load(*best) && w.ID == f.worker) {
+			best = w
+		}
+	}
+	if best == nil || best.ID == f.worker {
+		return "", nil // full everywhere: queue here
+	}
+	return best.Addr, nil
 }

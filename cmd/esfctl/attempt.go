@@ -45,7 +45,7 @@ func (a *app) activateCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "activate",
 		Usage: "lease a node for a new attempt and mount its private writable root",
-		ArgsUsage: "NODE [--executor none|runc|wasi] [--ttl D] [--no-queue]\n" +
+		ArgsUsage: "NODE [--executor none|runc|wasi] [--ttl D] [--no-queue] [--worker ID]\n" +
 			"      [--memory SIZE] [--pids N] [--cpus N] [--env K=V]... [--workdir DIR] [--user UID:GID]",
 		Description: "NODE is a draft or sealed node. The attempt's root (printed as root) is an\n" +
 			"overlay over the node's tree; write there, then suspend to seal the changes.\n" +
@@ -69,6 +69,7 @@ func (a *app) activateCommand() *cli.Command {
 			&cli.StringFlag{Name: "workdir", Usage: "default working directory of execs, inside the attempt"},
 			&cli.StringFlag{Name: "user", Usage: "default UID:GID of execs"},
 			&cli.StringSliceFlag{Name: "cap-add", Usage: "give the container a capability dropped by default: CAP_FSETID, CAP_MKNOD, CAP_SETFCAP (repeatable)"},
+			&cli.StringFlag{Name: "worker", Usage: "run the attempt on this worker of the graph (esfctl workers); default the least loaded one with capacity"},
 			idempotencyKeyFlag(),
 		},
 		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
@@ -81,7 +82,7 @@ func (a *app) activateCommand() *cli.Command {
 			}
 			req := fabric.ActivateRequest{NodeID: cmd.Args().First(), Executor: cmd.String("executor"), TTLMillis: ttl,
 				NoQueue: cmd.Bool("no-queue"), Pids: cmd.Int64("pids"), CPUs: cmd.Float64("cpus"),
-				Workdir: cmd.String("workdir"), User: cmd.String("user"), CapAdd: cmd.StringSlice("cap-add")}
+				Workdir: cmd.String("workdir"), User: cmd.String("user"), CapAdd: cmd.StringSlice("cap-add"), Worker: cmd.String("worker")}
 			if req.MemoryBytes, err = size.Parse(cmd.String("memory")); err != nil {
 				return fmt.Errorf("activate --memory: %v: %w", err, errdefs.ErrInvalidArgument)
 			}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
@@ -94,6 +96,11 @@ func journalFlags() []cli.Flag {
 				"its sandboxes stopped) and the others fail its attempts",
 			Value:   10 * time.Second,
 			Sources: cli.EnvVars("ESF_WORKER_TTL"),
+		},
+		&cli.StringFlag{
+			Name:    "peer-cacert",
+			Usage:   "CA certificate (PEM) that verifies the other workers' --listen certificates (default: the system's roots)",
+			Sources: cli.EnvVars("ESF_PEER_CACERT"),
 		},
 		&cli.StringFlag{
 			Name: "advertise",
@@ -400,6 +407,11 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 		}
 		defer stop()
 	}
+	if opts.Cluster != nil {
+		if sopts.Forward, err = forwardOptions(cmd); err != nil {
+			return err
+		}
+	}
 	srv := api.NewServer(f, sopts)
 	if err := srv.ServeAll(ctx, cmd.Duration("shutdown-grace"), lns...); err != nil {
 		return err
@@ -408,6 +420,34 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	// for the next daemon to adopt; `esfd stop-all` tears them down.
 	log.Info("stopped")
 	return nil
+}
+
+// forwardOptions configure how this worker reaches the others: their
+// certificates verified against --peer-cacert (else the system's roots),
+// and the first token of --tokens for calls that came with none.
+func forwardOptions(cmd *cli.Command) (*api.ForwardOptions, error) {
+	fo := &api.ForwardOptions{}
+	if f := cmd.String("tokens"); f != "" {
+		tok, err := api.ReadTokenFile(f)
+		if err != nil {
+			return nil, err
+		}
+		fo.Token = tok
+	}
+	if ca := cmd.String("peer-cacert"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--peer-cacert %s: no certificate", ca)
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		fo.Transport = tr
+	}
+	return fo, nil
 }
 
 // listenNetwork opens the --listen listener with its TLS and tokens.
