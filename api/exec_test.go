@@ -21,6 +21,7 @@ import (
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
 	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // TestFrameRoundTrip: output written concurrently to both streams, in
@@ -171,9 +172,7 @@ func TestExecHandlerNoStreamOnError(t *testing.T) {
 func runcAttempt(t *testing.T) (*Client, fabric.AttemptView) {
 	t.Helper()
 	requireMounts(t)
-	if err := runctest.Check(); err != nil {
-		t.Skip(err)
-	}
+	testenv.Require(t, runctest.Needs...)
 	ctx := context.Background()
 	dir := t.TempDir()
 	initBin, err := runctest.BuildInit(t.TempDir())

@@ -15,6 +15,7 @@ import (
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/internal/testenv"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -347,12 +348,7 @@ func TestGraphErrorResponses(t *testing.T) {
 
 func requireMounts(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("attempts mount FUSE and overlayfs: needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
+	testenv.Require(t, "root", "fuse", "overlay")
 }
 
 // TestAttemptEndpoints drives an attempt through the client: activate,

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 var (
@@ -41,12 +43,7 @@ func TestBench(t *testing.T) {
 	if !*flagFull && !*flagQuick {
 		t.Skip("benchmarks run with -bench.full or -bench.quick (make bench, make bench-quick)")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("the benchmarks mount overlayfs and FUSE: needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
+	testenv.Require(t, "root", "fuse", "overlay")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

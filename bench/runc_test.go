@@ -20,6 +20,7 @@ import (
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // The runc executor against runc alone, on a busybox-static rootfs:
@@ -71,9 +72,7 @@ func busyboxRootfs(dir string) error {
 // runcFixture builds the init (once per process) and a busybox rootfs.
 func runcFixture(b *testing.B) (initPath, rootfs, dir string) {
 	b.Helper()
-	if err := runctest.Check(); err != nil {
-		b.Skip("runc benchmarks: " + err.Error())
-	}
+	testenv.Require(b, runctest.Needs...)
 	if _, err := sharedInit(); err != nil {
 		b.Fatal(err)
 	}

@@ -54,8 +54,9 @@
 // failpoints but has no spec here; TestAuditCatchesPartialBatches proves the
 // audit notices torn batches.
 //
-// Root and /dev/fuse are required (the tests skip with a message
-// otherwise, and under -short). journal/pebble/crash_test.go already covers
+// Root, overlayfs and /dev/fuse are required (the tests skip with a
+// message otherwise, fail under ESF_TEST_REQUIRE=all as in CI, and skip
+// under -short); a failpoint endpoint that esfd does not serve fails. journal/pebble/crash_test.go already covers
 // the journal's own atomicity with pebble's crashable in-memory vfs,
 // including loss of unsynced data, which a SIGKILL cannot show (the page
 // cache survives it); this package does not repeat it.

@@ -14,6 +14,10 @@ import (
 	"github.com/esf-dev/esf/internal/testenv"
 )
 
+// needs is what the crash tests need (internal/testenv): root for
+// overlayfs, the FUSE projection and SIGKILL of esfd.
+var needs = []string{"root", "fuse", "overlay"}
+
 // Set by TestMain: the esfd binary under test, or why the tests skip.
 var (
 	esfdBin    string
@@ -24,13 +28,8 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	switch {
-	case os.Geteuid() != 0:
-		skipReason = "crash tests need root (overlayfs, FUSE mounts, SIGKILL of esfd); run them as root or in CI"
-	case !exists("/dev/fuse"):
-		skipReason = "crash tests need /dev/fuse for esfd's projection"
-	}
-	if skipReason != "" {
+	if err := testenv.Check(needs...); err != nil {
+		skipReason = err.Error()
 		return m.Run()
 	}
 	// Short: unix socket paths below it must fit in 107 bytes.
@@ -99,7 +98,8 @@ func requireEtcd(t testing.TB) {
 func requireRoot(t testing.TB) {
 	t.Helper()
 	if skipReason != "" {
-		t.Skip(skipReason)
+		testenv.Require(t, needs...) // skips, or fails in CI
+		t.Fatal(skipReason)
 	}
 	if testing.Short() {
 		t.Skip("-short: the crash matrix starts esfd some 400 times")

@@ -12,16 +12,12 @@ import (
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/local"
 	"github.com/esf-dev/esf/fusefs"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 func requireMounts(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("overlay and FUSE mounts need root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
+	testenv.Require(t, "root", "fuse", "overlay")
 }
 
 // projection serves an empty local store at a fresh mount until t ends; it

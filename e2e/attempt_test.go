@@ -9,14 +9,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 func requireFUSE(t *testing.T) {
 	t.Helper()
 	requireRoot(t)
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("attempts need /dev/fuse")
-	}
+	testenv.Require(t, "fuse", "overlay") // attempts mount both
 }
 
 type attemptJSON struct {

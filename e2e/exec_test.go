@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/console"
 	"golang.org/x/sys/unix"
 
+	"github.com/esf-dev/esf/internal/testenv"
 	"github.com/esf-dev/esf/wasi/wasitest"
 )
 
@@ -25,10 +26,8 @@ import (
 // the test runs.
 func busyboxTree(t *testing.T, d *daemon) string {
 	t.Helper()
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		t.Skip("exec needs a static busybox for the container's root")
-	}
+	testenv.Require(t, "busybox") // static, for the container's root
+	bb := testenv.BusyboxPath
 	dir := smallTree(t, d, map[string]string{"etc/hostname": "box\n"})
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
@@ -58,9 +57,7 @@ func busyboxTree(t *testing.T, d *daemon) string {
 // status, 128+N when a signal killed it, and 8 when --timeout did.
 func TestExecVerb(t *testing.T) {
 	requireFUSE(t)
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("exec needs runc")
-	}
+	testenv.Require(t, "runc")
 	d := startDaemon(t)
 	g := createGroup(t, d, busyboxTree(t, d))
 	kid := fork(t, d, g.Node.NodeID, 1)[0]
@@ -118,9 +115,7 @@ func TestExecVerb(t *testing.T) {
 func requireRunc(t *testing.T) {
 	t.Helper()
 	requireFUSE(t)
-	if _, err := exec.LookPath("runc"); err != nil {
-		t.Skip("exec needs runc")
-	}
+	testenv.Require(t, "runc")
 }
 
 // TestExecStdin: esfctl exec -i copies its stdin to the command, whole,

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // Binaries built by TestMain; empty when the tests cannot run.
@@ -28,8 +30,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if os.Geteuid() != 0 {
-		skipReason = "e2e tests need root (ownership, setuid bits, trusted.* xattrs, device nodes); run them as root or in CI"
+	// Root: ownership, setuid bits, trusted.* xattrs, device nodes.
+	if err := testenv.Check("root"); err != nil {
+		skipReason = err.Error()
 		return m.Run()
 	}
 	dir, err := os.MkdirTemp("", "esf-e2e-")
@@ -71,7 +74,8 @@ func goTool() string {
 func requireRoot(t *testing.T) {
 	t.Helper()
 	if skipReason != "" {
-		t.Skip(skipReason)
+		testenv.Require(t, "root") // skips, or fails in CI
+		t.Fatal(skipReason)
 	}
 }
 

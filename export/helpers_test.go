@@ -20,13 +20,12 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/mem"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: chown, mknod and trusted.* xattrs (runs in CI as root)")
-	}
+	testenv.Require(t, "root") // chown, mknod and trusted.* xattrs
 }
 
 // spec describes one node of a test tree, both to build it and to check an

@@ -12,6 +12,7 @@ import (
 	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
+	"github.com/esf-dev/esf/internal/testenv"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -28,9 +29,7 @@ func openRunc(t *testing.T) (*Fabric, CreateGroupResult) {
 func openRuncWith(t *testing.T, mod func(*Options)) (*Fabric, CreateGroupResult) {
 	t.Helper()
 	requireMounts(t)
-	if err := runctest.Check(); err != nil {
-		t.Skip(err)
-	}
+	testenv.Require(t, runctest.Needs...)
 	dir := t.TempDir()
 	initBin, err := runctest.BuildInit(t.TempDir())
 	if err != nil {

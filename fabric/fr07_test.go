@@ -11,6 +11,7 @@ import (
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
+	"github.com/esf-dev/esf/internal/testenv"
 	"github.com/esf-dev/esf/internal/walker/walkertest"
 	"github.com/esf-dev/esf/wasi"
 )
@@ -21,9 +22,7 @@ import (
 // in the CAS (the WASI one in the fields WASI can report).
 func TestFR07_SameRootOnBothBackends(t *testing.T) {
 	requireMounts(t)
-	if err := runctest.Check(); err != nil {
-		t.Skip(err)
-	}
+	testenv.Require(t, runctest.Needs...)
 	ctx := context.Background()
 	dir := t.TempDir()
 	initBin, err := runctest.BuildInit(t.TempDir())

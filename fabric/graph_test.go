@@ -19,17 +19,13 @@ import (
 
 	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/internal/testenv"
 	"github.com/esf-dev/esf/journal"
 )
 
 func requireMounts(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("attempts mount FUSE and overlayfs: needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
+	testenv.Require(t, "root", "fuse", "overlay")
 }
 
 // openGraph opens a fabric whose teardown releases every attempt and stops

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // countingStore is a map store that counts reads per object; it stands in
@@ -75,12 +76,7 @@ func (s *countingStore) blob(t *testing.T, content string) cas.ID {
 
 func requireFUSE(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting FUSE needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse")
-	}
+	testenv.Require(t, "root", "fuse")
 }
 
 // mount serves st at a fresh directory and returns the path of root in it.

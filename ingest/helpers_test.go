@@ -19,6 +19,7 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/mem"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // flatten reads the tree root from g and returns every entry by path; ""
@@ -185,7 +186,5 @@ func isRoot() bool { return os.Geteuid() == 0 }
 
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if !isRoot() {
-		t.Skip("needs root (device nodes, chown, trusted.* xattrs); runs in CI as root")
-	}
+	testenv.Require(t, "root") // device nodes, chown, trusted.* xattrs
 }

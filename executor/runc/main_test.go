@@ -20,10 +20,12 @@ import (
 
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/executor/runc/runctest"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // Tests here run real containers: they need root, runc and busybox-static,
-// and skip with the reason elsewhere. Every test uses its own runc --root
+// and skip with the reason elsewhere (fail under ESF_TEST_REQUIRE, see
+// internal/testenv). Every test uses its own runc --root
 // and state dir under t.TempDir, never /run/runc.
 
 var (
@@ -108,7 +110,8 @@ func newEnv(t *testing.T) *env {
 func newEnvWith(t *testing.T, opts Options) *env {
 	t.Helper()
 	if skipReason != "" {
-		t.Skip("runc executor: " + skipReason)
+		testenv.Require(t, runctest.Needs...) // skips, or fails in CI
+		t.Fatal(skipReason)
 	}
 	dir := t.TempDir()
 	rootfs := filepath.Join(dir, "rootfs")

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/internal/rootfs"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // setup makes host/{outside/secret, root/...} and returns the root's path
@@ -116,9 +117,7 @@ func TestMagicLinkRefused(t *testing.T) {
 }
 
 func TestNoXDev(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
+	testenv.Require(t, "root") // mounting a tmpfs
 	root := t.TempDir()
 	mnt := filepath.Join(root, "mnt")
 	if err := os.Mkdir(mnt, 0o755); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
 	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/internal/testenv"
 	"github.com/esf-dev/esf/journal"
 	"github.com/esf-dev/esf/workspace"
 )
@@ -70,17 +71,12 @@ func testMain(m *testing.M) int {
 	return code
 }
 
-// precondition says why the real thing cannot run here: CI has root, runc,
-// busybox-static and /dev/fuse.
-func precondition() error {
-	if os.Geteuid() != 0 {
-		return errors.New("needs root (overlay and FUSE mounts, runc containers)")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		return errors.New("needs /dev/fuse")
-	}
-	return runctest.Check()
-}
+// needs names what the real thing needs (internal/testenv): CI has root,
+// runc, busybox-static, overlayfs and /dev/fuse.
+var needs = append([]string{"fuse", "overlay"}, runctest.Needs...)
+
+// precondition says why the real thing cannot run here.
+func precondition() error { return testenv.Check(needs...) }
 
 // stateBase is a directory with room for the large-file test (its bytes
 // land in the attempt's upper directory under the state dir).
@@ -197,7 +193,8 @@ var nsSeq atomic.Int64
 func newProvider(t *testing.T, tweak ...func(*Options)) *Provider {
 	t.Helper()
 	if skipReason != "" {
-		t.Skip("workspace/esf needs a real esfd with runc: " + skipReason)
+		testenv.Require(t, needs...) // skips, or fails in CI
+		t.Fatal("workspace/esf needs a real esfd with runc: " + skipReason)
 	}
 	o := Options{Client: testD.c, Image: testD.image, Namespace: fmt.Sprintf("%s-%d", t.Name(), nsSeq.Add(1)),
 		MemoryBytes: 512 << 20, Pids: 256}

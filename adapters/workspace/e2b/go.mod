@@ -7,6 +7,9 @@ require (
 	github.com/esf-dev/esf v0.0.0
 )
 
-require google.golang.org/protobuf v1.36.12 // indirect
+require (
+	golang.org/x/sys v0.50.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
 
 replace github.com/esf-dev/esf => ../../..

@@ -1,39 +1,27 @@
 package runctest
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // BusyboxPath is where Debian's busybox-static installs its binary.
-const BusyboxPath = "/bin/busybox"
+const BusyboxPath = testenv.BusyboxPath
 
-// Check says why real containers cannot run here, or nil: they need root,
-// runc and a static busybox (scripts/deps.sh installs both packages).
-func Check() error {
-	if os.Geteuid() != 0 {
-		return errors.New("needs root (runc containers, cgroups, overlay)")
-	}
-	if _, err := exec.LookPath("runc"); err != nil {
-		return errors.New("needs runc (apt-get install runc)")
-	}
-	out, err := exec.Command("file", "-L", BusyboxPath).Output()
-	if err == nil && !bytes.Contains(out, []byte("statically linked")) {
-		return fmt.Errorf("%s is not static (apt-get install busybox-static)", BusyboxPath)
-	}
-	if _, err := os.Stat(BusyboxPath); err != nil {
-		return errors.New("needs busybox-static (apt-get install busybox-static)")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		return errors.New("needs the go tool to build executor/init")
-	}
-	return nil
-}
+// Needs names the testenv capabilities real containers need: root, runc,
+// a static busybox (scripts/deps.sh installs both packages) and the go
+// tool to build executor/init. Tests call testenv.Require(t, Needs...).
+var Needs = []string{"root", "runc", "busybox", "cmd:go"}
+
+// Check says why real containers cannot run here, or nil (a
+// *testenv.MissingError: for a TestMain or a benchmark row, where there
+// is no test to skip or fail).
+func Check() error { return testenv.Check(Needs...) }
 
 // BuildInit builds executor/init, static, into dir and returns its path.
 func BuildInit(dir string) (string, error) {

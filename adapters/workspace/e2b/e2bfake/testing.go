@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // Helpers for the tests of this fake, its adapters and its dialects
@@ -12,12 +14,19 @@ import (
 
 // RequireJail skips a test that runs commands unless JailAvailable: an
 // unjailed command sees host paths, not the sandbox's files, so what it
-// would prove is not what the test means.
+// would prove is not what the test means. Under ESF_TEST_REQUIRE (CI) a
+// missing jail fails the test instead (internal/testenv).
 func RequireJail(t testing.TB) {
 	t.Helper()
-	if !JailAvailable() {
-		t.Skip("the fake needs root on Linux (mount namespaces, chroot, nsenter) to run commands where the file API puts files")
+	if JailAvailable() {
+		return
 	}
+	testenv.Require(t, "root", "cmd:nsenter")
+	const why = "the fake needs root on Linux (mount namespaces, chroot, nsenter) to run commands where the file API puts files"
+	if testenv.Required("root") {
+		t.Fatal(why)
+	}
+	t.Skip(why)
 }
 
 // Do sends one request with the headers whose values are not empty and
