@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/internal/atomicfile"
 )
 
 // ToTar streams root to w as a PAX tar: the root directory first as "./",
@@ -233,27 +233,18 @@ func (x *tarExporter) write(h *tar.Header) error {
 
 // WriteTarFile writes root as a tar to path, compressed by its suffix:
 // ".tar.zst" or ".tzst" with zstd, ".tar.gz" or ".tgz" with gzip, anything
-// else plain. It writes a temporary file in path's directory, syncs it and
-// renames it over path (replacing an existing file), then syncs the
-// directory: path holds either its old content or the whole new archive. The
-// file is mode 0644. On error the temporary file is removed.
+// else plain. It replaces path atomically (internal/atomicfile): path holds
+// either its old content or the whole new archive. The file is mode 0644.
+// On error the temporary file is removed.
 func WriteTarFile(ctx context.Context, g cas.Getter, root cas.ID, path string, opts Options) (st Stats, err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	base := filepath.Base(path)
+	f, err := atomicfile.Create(path, 0o644)
 	if err != nil {
 		return st, fmt.Errorf("write %s: %w", path, err)
 	}
-	tmp := f.Name()
-	closed := false
 	defer func() {
+		f.Abort()
 		if err != nil {
-			if !closed {
-				f.Close()
-			}
-			os.Remove(tmp)
 			err = fmt.Errorf("write %s: %w", path, err)
 		}
 	}()
@@ -286,32 +277,5 @@ func WriteTarFile(ctx context.Context, g cas.Getter, root cas.ID, path string, o
 	if err := bw.Flush(); err != nil {
 		return st, err
 	}
-	if err := f.Chmod(0o644); err != nil {
-		return st, err
-	}
-	if err := f.Sync(); err != nil {
-		return st, err
-	}
-	closed = true
-	if err := f.Close(); err != nil {
-		return st, err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return st, err
-	}
-	if err := syncDir(dir); err != nil {
-		// The archive is complete and in place; only its durability
-		// across a crash is in doubt, so report without removing it.
-		return st, fmt.Errorf("sync directory: %w", err)
-	}
-	return st, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return st, f.Commit()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/export"
+	"github.com/esf-dev/esf/internal/atomicfile"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -279,25 +280,30 @@ func jsonEqual(a, b any) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }
 
-// loadKey reads the daemon's provenance key, creating it on first use.
+// provKeySize is the length of the provenance key (an HMAC-SHA256 key).
+const provKeySize = 32
+
+// loadKey reads the daemon's provenance key, creating it on first use
+// (atomically and durably: a crash leaves no key or the whole key). A key
+// file of any other length is corrupt and is never replaced: a new key
+// would silently stop every earlier provenance record from verifying.
 func loadKey(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
-	if err == nil && len(b) == 32 {
+	switch {
+	case err == nil && len(b) == provKeySize:
 		return b, nil
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	case err == nil:
+		return nil, fmt.Errorf("provenance key %s: %d bytes, want %d (restore it from a backup; a new key would unverify every earlier record): %w",
+			path, len(b), provKeySize, errdefs.ErrCorrupt)
+	case !errors.Is(err, os.ErrNotExist):
 		return nil, err
 	}
-	key := make([]byte, 32)
+	key := make([]byte, provKeySize)
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, key, 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return nil, err
+	if err := atomicfile.WriteFile(path, key, 0o600); err != nil {
+		return nil, fmt.Errorf("provenance key: %w", err)
 	}
 	return key, nil
 }
@@ -363,34 +369,11 @@ func (f *Fabric) Export(ctx context.Context, req ExportRequest) (ExportResult, e
 	if err != nil {
 		return ExportResult{}, err
 	}
-	if err := writeFileAtomic(path, append(b, '\n')); err != nil {
+	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return ExportResult{}, fmt.Errorf("export: provenance: %w", err)
 	}
 	if st.Dropped.Paths == nil {
 		st.Dropped.Paths = []string{}
 	}
 	return ExportResult{RootID: root.String(), Files: st.Files, Bytes: st.Bytes, Provenance: path, Record: rec, Dropped: st.Dropped}, nil
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
 }

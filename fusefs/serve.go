@@ -16,6 +16,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/internal/atomicfile"
 )
 
 // Serve mounts f at dir, writes "ready\n" to ready (if not nil) once the
@@ -148,7 +150,7 @@ func EnsureServer(ctx context.Context, opts StartOptions) (*Process, error) {
 	// it if it ends first, and init adopts it otherwise.
 	p := &Process{Pid: cmd.Process.Pid, Mount: opts.Mount}
 	if opts.PidFile != "" {
-		if err := os.WriteFile(opts.PidFile, []byte(strconv.Itoa(p.Pid)+"\n"), 0o600); err != nil {
+		if err := atomicfile.WriteFile(opts.PidFile, []byte(strconv.Itoa(p.Pid)+"\n"), 0o600); err != nil {
 			return nil, err
 		}
 	}

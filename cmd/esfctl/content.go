@@ -19,6 +19,7 @@ import (
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/export"
 	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/internal/atomicfile"
 )
 
 func (a *app) importCommand() *cli.Command {
@@ -288,17 +289,11 @@ func (a *app) exportFile(ctx context.Context, id, to string, info fabric.ExportI
 	if prov == "" {
 		prov = abs + ".provenance.json"
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".tmp-*")
+	tmp, err := atomicfile.Create(abs, 0o666&^a.umask)
 	if err != nil {
 		return fmt.Errorf("export --to %s: %w", abs, localError(err))
 	}
-	committed := false
-	defer func() {
-		if !committed {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
+	defer tmp.Abort()
 	file := &countingWriter{w: tmp}
 	var (
 		enc io.WriteCloser
@@ -334,22 +329,8 @@ func (a *app) exportFile(ctx context.Context, id, to string, info fabric.ExportI
 			return fmt.Errorf("export --to %s: %w", abs, localError(err))
 		}
 	}
-	if err := tmp.Chmod(0o666 &^ a.umask); err != nil {
+	if err := tmp.Commit(); err != nil {
 		return fmt.Errorf("export --to %s: %w", abs, localError(err))
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("export --to %s: %w", abs, localError(err))
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("export --to %s: %w", abs, localError(err))
-	}
-	if err := os.Rename(tmp.Name(), abs); err != nil {
-		return fmt.Errorf("export --to %s: %w", abs, localError(err))
-	}
-	committed = true
-	if d, err := os.Open(filepath.Dir(abs)); err == nil {
-		d.Sync() // best effort: the file itself is complete either way
-		d.Close()
 	}
 	info.Destination = abs
 	if err := a.writeProvenance(ctx, id, info, prov); err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -14,6 +13,7 @@ import (
 	"github.com/esf-dev/esf/api"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/internal/atomicfile"
 	"github.com/esf-dev/esf/treediff"
 )
 
@@ -225,26 +225,8 @@ func (a *app) writeProvenance(ctx context.Context, id string, info fabric.Export
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, b, 0o666&^a.umask); err != nil {
 		return fmt.Errorf("provenance %s: %w", path, localError(err))
-	}
-	_, werr := tmp.Write(b)
-	if werr == nil {
-		werr = tmp.Chmod(0o666 &^ a.umask)
-	}
-	if werr == nil {
-		werr = tmp.Sync()
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("provenance %s: %w", path, localError(werr))
 	}
 	return nil
 }
