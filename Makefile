@@ -3,6 +3,7 @@
 #   make run    install missing system packages, build, start esfd in the foreground
 #   make test   install missing system packages, go vet, go test -race over every package
 #   make bench  the benchmark suite (bench/): ratios against baselines in the same run
+#   make fuzz   every Fuzz target, a short run (FUZZTIME=10s) each
 
 GO          ?= go
 BIN         ?= bin
@@ -18,7 +19,7 @@ TESTFLAGS   ?=
 # core never depends on them, and make test runs each one's suite too.
 ADAPTERS    := $(patsubst %/go.mod,%,$(wildcard adapters/workspace/*/go.mod))
 
-.PHONY: all build run test vet bench deps fmt lint clean
+.PHONY: all build run test vet bench deps fmt lint clean fuzz
 
 all: build
 
@@ -63,6 +64,11 @@ bench: deps
 
 bench-quick: deps
 	ESF_ETCD=$$(./scripts/etcd.sh) $(GO) test ./bench -run '^TestBench$$' -count=1 -v -timeout 15m -args -bench.quick $(BENCHARGS)
+
+# Every Fuzz target in the repository, FUZZTIME (10s) each: a short run
+# that finds the shallow crashes; longer: make fuzz FUZZTIME=5m.
+fuzz:
+	./scripts/fuzz.sh
 
 fmt:
 	gofmt -l -w .

@@ -103,7 +103,7 @@ func richTree(t *testing.T, root string) {
 		[]unix.Timespec{{Sec: 5}, {Sec: -1001, Nsec: 750000000}}, 0))
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

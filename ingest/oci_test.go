@@ -24,7 +24,7 @@ import (
 
 // Layers of the test image: the second whites out etc/a and gone/, and
 // makes opq/ opaque after adding opq/mine to it.
-func testLayers(t *testing.T) (l1, l2 []byte) {
+func testLayers(t testing.TB) (l1, l2 []byte) {
 	l1 = makeTar(t,
 		dir("etc/"), file("etc/a", "a"), file("etc/b", "b"),
 		dir("opq/"), file("opq/x", "x"), dir("opq/sub/"), file("opq/sub/y", "y"),
@@ -39,7 +39,7 @@ func testLayers(t *testing.T) (l1, l2 []byte) {
 }
 
 // flatLayers is what testLayers stack up to, as one tar.
-func flatLayers(t *testing.T) []byte {
+func flatLayers(t testing.TB) []byte {
 	opq := dir("opq/")
 	opq.hdr.Mode = 0o700
 	return makeTar(t, dir("etc/"), file("etc/b", "b"), opq, file("opq/mine", "mine"), file("opq/new", "new"), file("keep", "k"))
@@ -51,7 +51,7 @@ type layerSpec struct {
 	diffID   digest.Digest
 }
 
-func writeBlob(t *testing.T, layout, mediaType string, b []byte) ocispec.Descriptor {
+func writeBlob(t testing.TB, layout, mediaType string, b []byte) ocispec.Descriptor {
 	t.Helper()
 	d := digest.FromBytes(b)
 	p := filepath.Join(layout, "blobs", d.Algorithm().String(), d.Encoded())
@@ -60,7 +60,7 @@ func writeBlob(t *testing.T, layout, mediaType string, b []byte) ocispec.Descrip
 	return ocispec.Descriptor{MediaType: mediaType, Digest: d, Size: int64(len(b))}
 }
 
-func compressLayer(t *testing.T, data []byte, how string) ([]byte, string) {
+func compressLayer(t testing.TB, data []byte, how string) ([]byte, string) {
 	t.Helper()
 	var buf bytes.Buffer
 	switch how {
@@ -81,7 +81,7 @@ func compressLayer(t *testing.T, data []byte, how string) ([]byte, string) {
 
 // writeImage writes config, layers and manifest blobs into layout and
 // returns the manifest's descriptor.
-func writeImage(t *testing.T, layout, arch string, layers ...layerSpec) ocispec.Descriptor {
+func writeImage(t testing.TB, layout, arch string, layers ...layerSpec) ocispec.Descriptor {
 	t.Helper()
 	cfg := ocispec.Image{
 		Platform: ocispec.Platform{OS: "linux", Architecture: arch},
@@ -105,7 +105,7 @@ func writeImage(t *testing.T, layout, arch string, layers ...layerSpec) ocispec.
 	return writeBlob(t, layout, ocispec.MediaTypeImageManifest, raw)
 }
 
-func writeIndex(t *testing.T, layout string, manifests ...ocispec.Descriptor) {
+func writeIndex(t testing.TB, layout string, manifests ...ocispec.Descriptor) {
 	t.Helper()
 	raw, err := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
 	must(t, err)
@@ -117,7 +117,7 @@ func writeIndex(t *testing.T, layout string, manifests ...ocispec.Descriptor) {
 }
 
 // testLayout builds the two-layer test image (gzip, then zstd) as a layout.
-func testLayout(t *testing.T) string {
+func testLayout(t testing.TB) string {
 	t.Helper()
 	layout := t.TempDir()
 	l1, l2 := testLayers(t)
@@ -127,7 +127,7 @@ func testLayout(t *testing.T) string {
 }
 
 // tarDir archives the files of dir (as an OCI archive holds a layout).
-func tarDir(t *testing.T, dir string) []byte {
+func tarDir(t testing.TB, dir string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -231,7 +231,7 @@ func TestOCIArchive(t *testing.T) {
 
 // dockerSave builds what `docker save` wrote before Docker 25: manifest.json,
 // a config named by its hex digest, and uncompressed <id>/layer.tar files.
-func dockerSave(t *testing.T) []byte {
+func dockerSave(t testing.TB) []byte {
 	t.Helper()
 	l1, l2 := testLayers(t)
 	cfg := ocispec.Image{
