@@ -49,6 +49,9 @@ type Server struct {
 	stopping chan struct{}
 	stopOnce sync.Once
 	fwd      *ForwardOptions
+	// patterns are the mux patterns registered, in order (the test that
+	// holds docs/openapi.yaml to them reads it).
+	patterns []string
 }
 
 // NewServer returns the handler of every /v1/ endpoint of f.
@@ -97,6 +100,7 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 // call info (idempotency key, trace context) into the context, errors
 // through the status table, one log line per request.
 func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
+	s.patterns = append(s.patterns, pattern)
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		s.active.Add(1)
 		defer s.active.Add(-1)
