@@ -1,0 +1,52 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestReadmeStaysInTheRepo: the README is short (under 200 lines) and
+// every link in it and in the docs it points to names a file of the
+// repository that exists: nothing outside it (no ../, no URL), nothing
+// stale.
+func TestReadmeStaysInTheRepo(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n >= 200 {
+		t.Errorf("README.md has %d lines, want under 200 (details go to docs/ or bench/README.md)", n)
+	}
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, doc := range []string{"README.md", "bench/README.md", "docs/design.md"} {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" {
+				continue
+			}
+			if strings.Contains(target, "://") {
+				t.Errorf("%s links outside the repository: %s", doc, m[1])
+				continue
+			}
+			p := filepath.Join(root, filepath.Dir(doc), target)
+			if rel, err := filepath.Rel(root, p); err != nil || strings.HasPrefix(rel, "..") {
+				t.Errorf("%s links outside the repository: %s", doc, m[1])
+				continue
+			}
+			if _, err := os.Stat(p); err != nil {
+				t.Errorf("%s links to %s, which does not exist", doc, m[1])
+			}
+		}
+	}
+}
