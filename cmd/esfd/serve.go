@@ -215,7 +215,7 @@ func serveFlags() []cli.Flag {
 		},
 		&cli.StringFlag{
 			Name:  "wasi-memory",
-			Usage: "total linear memory all running WASI modules may hold in esfd, e.g. 2G; a run waits for its module's minimum, a growth beyond is refused (0: unbounded)",
+			Usage: "total linear memory all running WASI modules may hold in esfd, e.g. 2G; a run takes its memory limit (at most all of it) and waits until that fits (0: unbounded)",
 			Value: "2G",
 		},
 		&cli.StringFlag{
