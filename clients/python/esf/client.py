@@ -300,14 +300,23 @@ class Client:
         """The daemon's version, state dir and object store tally."""
         return Status.from_json(self._json("GET", "/v1/status"))
 
-    def fsck(self) -> FsckResult:
-        """Re-hash every stored object; damage is in the result's ``bad``."""
-        return FsckResult.from_json(self._json("POST", "/v1/fsck", {}, mutation=True))
+    def fsck(self, remote: bool = False) -> FsckResult:
+        """Re-hash every stored object; damage is in the result's ``bad``.
+        remote: check instead that every reachable object is in the remote
+        content store (esfd --cas-remote) and whole."""
+        return FsckResult.from_json(self._json("POST", "/v1/fsck", {"remote": remote or None}, mutation=True))
 
-    def gc(self, dry_run: bool = False, *, idempotency_key: Optional[str] = None) -> CollectReport:
-        """Garbage-collect the content store (dry_run: only count)."""
-        return CollectReport.from_json(self._json("POST", "/v1/gc", {"dry_run": dry_run or None},
-                                                  mutation=True, key=idempotency_key))
+    def gc(self, dry_run: bool = False, *, remote: bool = False, remote_grace: Optional[int] = None,
+           idempotency_key: Optional[str] = None) -> CollectReport:
+        """Garbage-collect the content store (dry_run: only count). remote:
+        collect the remote content store (esfd --cas-remote) instead, sparing
+        keys younger than remote_grace seconds (the daemon's default: 3600)."""
+        body: Dict[str, Any] = {"dry_run": dry_run or None, "remote": remote or None}
+        if remote_grace is not None:
+            if remote_grace < 1:
+                raise ValueError("remote_grace: at least 1 second")
+            body["remote_grace_seconds"] = remote_grace
+        return CollectReport.from_json(self._json("POST", "/v1/gc", body, mutation=True, key=idempotency_key))
 
     # ---- content ----
 

@@ -53,10 +53,13 @@ class Status:
     state_dir: str
     objects: int
     bytes: int
+    # The remote content store (esfd --cas-remote) as esfd reports it
+    # (location, durability, queue, counters); None without one.
+    remote: Optional[JSONObject] = None
 
     @classmethod
     def from_json(cls, d: JSONObject) -> "Status":
-        return cls(_s(d, "version"), _s(d, "state_dir"), _i(d, "objects"), _i(d, "bytes"))
+        return cls(_s(d, "version"), _s(d, "state_dir"), _i(d, "objects"), _i(d, "bytes"), _obj(d, "remote"))
 
 
 @dataclass
@@ -521,11 +524,13 @@ class CollectReport:
     spared: int
     dry_run: bool
     ms: int
+    # A remote collection's report (gc(remote=True)); None otherwise.
+    remote: Optional[JSONObject] = None
 
     @classmethod
     def from_json(cls, d: JSONObject) -> "CollectReport":
         return cls(_i(d, "examined"), _i(d, "live"), _i(d, "deleted"), _i(d, "bytes_reclaimed"),
-                   _i(d, "spared"), _b(d, "dry_run"), _i(d, "ms"))
+                   _i(d, "spared"), _b(d, "dry_run"), _i(d, "ms"), _obj(d, "remote"))
 
 
 @dataclass

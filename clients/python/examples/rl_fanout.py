@@ -174,14 +174,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         assert sorted(pruned) == sorted(r.node.node_id for r in losers)
         assert all(status[r.node.node_id] == "pruned" for r in losers)
         assert status[root.node_id] == "sealed"
-        # The losers' own content is gone; the best one's is whole.
+        # The losers' own content is gone from the store; the best one's is whole.
         assert report.deleted >= len(losers)
-        for r in losers:
-            try:
-                c.export(r.node.root_id, io.BytesIO(), "tar")
-                raise AssertionError(f"the root of pruned rollout {r.index} is still stored")
-            except (esf.NotFound, esf.Corrupt):
-                pass
+        if c.status().remote is None:
+            for r in losers:
+                try:
+                    c.export(r.node.root_id, io.BytesIO(), "tar")
+                    raise AssertionError(f"the root of pruned rollout {r.index} is still stored")
+                except (esf.NotFound, esf.Corrupt):
+                    pass
+        else:
+            # With content on S3 (esfd --cas-remote) the local gc empties
+            # only the cache, and the bucket is collected apart; a dead
+            # object in a pack stays readable until its pack falls below
+            # half live and is rewritten, so gone is not promised there.
+            rep = c.gc(remote=True, remote_grace=1)
+            print(f"bucket collected: {rep.remote}")
         out = io.BytesIO()
         c.export(best.node, out, "tar")
         with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tf:

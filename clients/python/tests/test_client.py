@@ -141,6 +141,17 @@ class TestDaemon(DaemonTest):
         self.assertTrue(rep.dry_run)
         self.assertGreater(rep.examined, 0)
         self.assertFalse(self.c.gc().dry_run)
+        with self.assertRaises(ValueError):
+            self.c.gc(remote=True, remote_grace=0)
+        if st.remote is None:
+            # Without a remote store the remote forms are refused by esfd.
+            with self.assertRaises(esf.FailedPrecondition):
+                self.c.gc(remote=True, dry_run=True)
+        else:
+            self.assertIn("location", st.remote)
+            self.assertEqual(self.c.fsck(remote=True).bad, [])
+            rep = self.c.gc(remote=True, remote_grace=3600, dry_run=True)
+            self.assertIsNotNone(rep.remote)
 
 
 class TestGraph(DaemonTest):
