@@ -49,10 +49,13 @@ vet:
 # start on loopback (scripts/etcd.sh builds it once per machine).
 # ESF_VERSITYGW: the pinned S3 server the content-tier tests start on
 # loopback (scripts/versitygw.sh installs it once per machine).
+# ESF_E2E_CAS_REMOTE=1: the end-to-end suite once more with every daemon's
+# content on versitygw (esfd --cas-remote), the local store its cache.
 test: deps vet
 	ESF_ETCD=$$(./scripts/etcd.sh) && export ESF_ETCD && \
 	ESF_VERSITYGW=$$(./scripts/versitygw.sh) && export ESF_VERSITYGW && \
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./... && \
+	ESF_E2E_CAS_REMOTE=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./e2e
 	@for m in $(ADAPTERS); do echo "go test $$m"; (cd $$m && CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...) || exit 1; done
 
 # The benchmark suite of issue 8 (bench/doc.go): every scenario once, each
