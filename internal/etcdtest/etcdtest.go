@@ -17,17 +17,16 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/esf-dev/esf/internal/proctest"
 	"github.com/esf-dev/esf/internal/testcert"
 	"github.com/esf-dev/esf/internal/testenv"
 )
@@ -65,11 +64,7 @@ type Member struct {
 	Name      string
 	ClientURL string
 	PeerURL   string
-	args      []string
-	logFile   string
-	mu        sync.Mutex
-	cmd       *exec.Cmd
-	exited    chan struct{}
+	proc      proctest.Proc
 }
 
 // Start starts a cluster for t and stops it when t ends. It skips or fails
@@ -161,8 +156,8 @@ func (c *Cluster) start(bin string, opts Options) error {
 		if err := os.RemoveAll(data); err != nil {
 			return err
 		}
-		m.logFile = filepath.Join(c.dir, m.Name+".log")
-		m.args = []string{bin,
+		m.proc.LogFile = filepath.Join(c.dir, m.Name+".log")
+		m.proc.Args = []string{bin,
 			"--name", m.Name, "--data-dir", data,
 			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
 			"--listen-peer-urls", m.PeerURL, "--initial-advertise-peer-urls", m.PeerURL,
@@ -170,10 +165,10 @@ func (c *Cluster) start(bin string, opts Options) error {
 			"--initial-cluster-token", token, "--log-level", "warn",
 		}
 		if opts.NoFsync {
-			m.args = append(m.args, "--unsafe-no-fsync")
+			m.proc.Args = append(m.proc.Args, "--unsafe-no-fsync")
 		}
 		if opts.TLS {
-			m.args = append(m.args, "--cert-file", server.CertFile, "--key-file", server.KeyFile, "--trusted-ca-file", c.CAFile)
+			m.proc.Args = append(m.proc.Args, "--cert-file", server.CertFile, "--key-file", server.KeyFile, "--trusted-ca-file", c.CAFile)
 		}
 		if err := m.run(); err != nil {
 			return err
@@ -183,74 +178,33 @@ func (c *Cluster) start(bin string, opts Options) error {
 }
 
 func (m *Member) run() error {
-	log, err := os.OpenFile(m.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
+	if err := m.proc.Start(); err != nil {
+		return fmt.Errorf("etcdtest: %s: %w", m.Name, err)
 	}
-	defer log.Close()
-	cmd := exec.Command(m.args[0], m.args[1:]...)
-	cmd.Stdout, cmd.Stderr = log, log
-	// Its own process group, and killed with the test process.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("etcdtest: start %s: %w", m.Name, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	m.mu.Lock()
-	m.cmd, m.exited = cmd, exited
-	m.mu.Unlock()
 	return nil
 }
 
 // Log is what the member wrote so far.
-func (m *Member) Log() string {
-	b, _ := os.ReadFile(m.logFile)
-	return string(b)
-}
+func (m *Member) Log() string { return m.proc.Log() }
 
 // Running reports whether the member's process runs.
-func (m *Member) Running() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cmd == nil {
-		return false
-	}
-	select {
-	case <-m.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (m *Member) Running() bool { return m.proc.Running() }
 
 // Kill ends the member with SIGKILL and waits for it.
-func (m *Member) Kill() {
-	m.mu.Lock()
-	cmd, exited := m.cmd, m.exited
-	m.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-exited
-}
+func (m *Member) Kill() { m.proc.Kill() }
 
 // Restart starts a killed member again on its data.
 func (m *Member) Restart() error {
 	if m.Running() {
 		return fmt.Errorf("etcdtest: %s is running", m.Name)
 	}
-	args := append([]string(nil), m.args...)
+	args := append([]string(nil), m.proc.Args...)
 	for i := range args {
 		if args[i] == "new" && i > 0 && args[i-1] == "--initial-cluster-state" {
 			args[i] = "existing"
 		}
 	}
-	m.args = args
+	m.proc.Args = args
 	return m.run()
 }
 
@@ -328,10 +282,8 @@ func (c *Cluster) WaitReady(timeout time.Duration) error {
 	var last error
 	for time.Now().Before(deadline) {
 		for _, m := range c.Members {
-			if !m.Running() {
-				if m.cmd != nil {
-					return fmt.Errorf("etcdtest: %s exited:\n%s", m.Name, tail(m.Log()))
-				}
+			if m.proc.Exited() {
+				return fmt.Errorf("etcdtest: %s exited:\n%s", m.Name, m.proc.Tail())
 			}
 		}
 		if _, last = c.Leader(); last == nil {
@@ -341,7 +293,7 @@ func (c *Cluster) WaitReady(timeout time.Duration) error {
 	}
 	var logs []string
 	for _, m := range c.Members {
-		logs = append(logs, m.Name+":\n"+tail(m.Log()))
+		logs = append(logs, m.Name+":\n"+m.proc.Tail())
 	}
 	return fmt.Errorf("etcdtest: cluster not ready after %v: %v\n%s", timeout, last, strings.Join(logs, "\n"))
 }
@@ -417,11 +369,4 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-func tail(s string) string {
-	if len(s) > 4000 {
-		return "…" + s[len(s)-4000:]
-	}
-	return s
 }

@@ -16,11 +16,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/esf-dev/esf/internal/proctest"
 	"github.com/esf-dev/esf/internal/testenv"
 )
 
@@ -45,13 +44,8 @@ type Server struct {
 	// Dir is the posix backend's root: one directory per bucket.
 	Dir string
 
-	top     string
-	logFile string
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	args    []string
-	env     []string
+	top  string
+	proc proctest.Proc
 }
 
 // Start starts a server for t and stops it when t ends. It skips or fails
@@ -78,7 +72,8 @@ func StartServer() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{top: top, Dir: filepath.Join(top, "data"), logFile: filepath.Join(top, "versitygw.log")}
+	s := &Server{top: top, Dir: filepath.Join(top, "data")}
+	s.proc.LogFile = filepath.Join(top, "versitygw.log")
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		os.RemoveAll(top)
 		return nil, err
@@ -92,14 +87,14 @@ func StartServer() (*Server, error) {
 			return nil, err
 		}
 		s.Endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
-		s.args = []string{bin, "--port", fmt.Sprintf("127.0.0.1:%d", port), "posix", s.Dir}
-		s.env = append(os.Environ(), "ROOT_ACCESS_KEY="+AccessKey, "ROOT_SECRET_KEY="+SecretKey)
+		s.proc.Args = []string{bin, "--port", fmt.Sprintf("127.0.0.1:%d", port), "posix", s.Dir}
+		s.proc.Env = append(os.Environ(), "ROOT_ACCESS_KEY="+AccessKey, "ROOT_SECRET_KEY="+SecretKey)
 		if err = s.run(); err == nil {
 			if err = s.waitReady(60 * time.Second); err == nil {
 				return s, nil
 			}
 		}
-		s.kill()
+		s.proc.Kill()
 		if attempt == 3 || !strings.Contains(s.Log(), "address already in use") {
 			s.Stop()
 			return nil, err
@@ -108,27 +103,9 @@ func StartServer() (*Server, error) {
 }
 
 func (s *Server) run() error {
-	log, err := os.OpenFile(s.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
+	if err := s.proc.Start(); err != nil {
+		return fmt.Errorf("s3test: %w", err)
 	}
-	defer log.Close()
-	cmd := exec.Command(s.args[0], s.args[1:]...)
-	cmd.Env = s.env
-	cmd.Stdout, cmd.Stderr = log, log
-	// Its own process group, and killed with the test process.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("s3test: start versitygw: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	s.mu.Lock()
-	s.cmd, s.exited = cmd, exited
-	s.mu.Unlock()
 	return nil
 }
 
@@ -140,7 +117,7 @@ func (s *Server) waitReady(timeout time.Duration) error {
 	var last error
 	for time.Now().Before(deadline) {
 		if !s.Running() {
-			return fmt.Errorf("s3test: versitygw exited:\n%s", tail(s.Log()))
+			return fmt.Errorf("s3test: versitygw exited:\n%s", s.proc.Tail())
 		}
 		resp, err := c.Get(s.Endpoint + "/")
 		if err == nil {
@@ -150,38 +127,15 @@ func (s *Server) waitReady(timeout time.Duration) error {
 		last = err
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("s3test: versitygw not ready after %v: %v\n%s", timeout, last, tail(s.Log()))
+	return fmt.Errorf("s3test: versitygw not ready after %v: %v\n%s", timeout, last, s.proc.Tail())
 }
 
 // Running reports whether the server process runs.
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (s *Server) Running() bool { return s.proc.Running() }
 
 // Kill ends the server with SIGKILL and waits for it (the data stays:
 // Restart serves it again on the same port).
-func (s *Server) Kill() { s.kill() }
-
-func (s *Server) kill() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-exited
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Restart starts a killed server again on its data and port.
 func (s *Server) Restart() error {
@@ -196,15 +150,12 @@ func (s *Server) Restart() error {
 
 // Stop kills the server and removes its directory.
 func (s *Server) Stop() {
-	s.kill()
+	s.proc.Kill()
 	os.RemoveAll(s.top)
 }
 
 // Log is what the server wrote so far.
-func (s *Server) Log() string {
-	b, _ := os.ReadFile(s.logFile)
-	return string(b)
-}
+func (s *Server) Log() string { return s.proc.Log() }
 
 // Client returns an S3 client of the server with the test credentials,
 // configured for path-style addressing like any third-party server.
@@ -271,11 +222,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func tail(s string) string {
-	if len(s) > 4000 {
-		s = "..." + s[len(s)-4000:]
-	}
-	return s
 }
