@@ -51,11 +51,14 @@ vet:
 # loopback (scripts/versitygw.sh installs it once per machine).
 # ESF_E2E_CAS_REMOTE=1: the end-to-end suite once more with every daemon's
 # content on versitygw (esfd --cas-remote), the local store its cache.
+# ESF_FABRIC_CAS_REMOTE=1: fabric's FR tests once more on a remote content
+# store (versitygw behind the verified cache; about 3-4 minutes).
 test: deps vet
 	ESF_ETCD=$$(./scripts/etcd.sh) && export ESF_ETCD && \
 	ESF_VERSITYGW=$$(./scripts/versitygw.sh) && export ESF_VERSITYGW && \
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./... && \
-	ESF_E2E_CAS_REMOTE=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./e2e
+	ESF_E2E_CAS_REMOTE=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./e2e && \
+	ESF_FABRIC_CAS_REMOTE=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) -run 'TestFR|TestCASRemoteSwitch' ./fabric
 	@for m in $(ADAPTERS); do echo "go test $$m"; (cd $$m && CGO_ENABLED=1 $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./...) || exit 1; done
 
 # The benchmark suite of issue 8 (bench/doc.go): every scenario once, each

@@ -66,7 +66,7 @@ func openCounted(t *testing.T) (*Fabric, *commitCounter) {
 	c := &commitCounter{}
 	opts := Options{StateDir: t.TempDir()}
 	opts.Journal.Failpoint = c.hook
-	f, err := Open(context.Background(), opts)
+	f, err := Open(context.Background(), testOptions(t, opts))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func openRuncWith(t *testing.T, mod func(*Options)) (*Fabric, CreateGroupResult)
 	if mod != nil {
 		mod(&opts)
 	}
-	f, err := Open(context.Background(), opts)
+	f, err := Open(context.Background(), testOptions(t, opts))
 	if err != nil {
 		t.Fatal(err)
 	}

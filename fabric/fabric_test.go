@@ -25,7 +25,7 @@ var seedFlag = flag.Uint64("seed", 0, "seed of the randomized tally test (0: tim
 
 func openTest(t *testing.T, dir string) *Fabric {
 	t.Helper()
-	f, err := Open(context.Background(), Options{StateDir: dir})
+	f, err := Open(context.Background(), testOptions(t, Options{StateDir: dir}))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

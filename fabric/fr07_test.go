@@ -38,8 +38,8 @@ func TestFR07_SameRootOnBothBackends(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Open(ctx, Options{StateDir: filepath.Join(dir, "state"), Executor: ex, WASI: wrt,
-		ContainerMounts: []executor.Mount{{Source: linuxWalker, Destination: "/.esf/walker", ReadOnly: true}}})
+	f, err := Open(ctx, testOptions(t, Options{StateDir: filepath.Join(dir, "state"), Executor: ex, WASI: wrt,
+		ContainerMounts: []executor.Mount{{Source: linuxWalker, Destination: "/.esf/walker", ReadOnly: true}}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func requireMounts(t *testing.T) {
 // the projection, so no mount outlives the test.
 func openGraph(t *testing.T) *Fabric {
 	t.Helper()
-	f, err := Open(context.Background(), Options{StateDir: t.TempDir()})
+	f, err := Open(context.Background(), testOptions(t, Options{StateDir: t.TempDir()}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +518,7 @@ func TestMountReadOnlyAndRW(t *testing.T) {
 func TestFR08_LiveAttemptsStayBounded(t *testing.T) {
 	requireMounts(t)
 	dir := t.TempDir()
-	f, err := Open(context.Background(), Options{StateDir: dir, MaxLiveAttempts: 4})
+	f, err := Open(context.Background(), testOptions(t, Options{StateDir: dir, MaxLiveAttempts: 4}))
 	if err != nil {
 		t.Fatal(err)
 	}
