@@ -218,6 +218,7 @@ type Fabric struct {
 	// cluster is the membership (nil on a graph of its own); its loop
 	// runs from Open to Close.
 	cluster     *Cluster
+	rgc         remoteGC // the remote collection's record (remotegc.go)
 	stopCluster context.CancelFunc
 	clusterDone sync.WaitGroup
 

@@ -154,9 +154,8 @@ type remoteCollector interface {
 // through, the marked set, and deletions under the tracker's per-id locks
 // (each deleted id is forgotten by the cache's "known remote" set under the
 // same lock, so a write that dedups against it uploads it again). Writes of
-// other workers are protected by the grace period only (keys younger than
-// it stay): run it where one worker writes, or with a grace longer than any
-// seal.
+// other workers follow the shared record's protocol (remotegc.go); the
+// grace period (keys younger than it stay) is a second line.
 func (f *Fabric) collectRemote(ctx context.Context, req CollectRequest) (CollectReport, error) {
 	start := time.Now()
 	rc, ok := f.opts.Remote.(remoteCollector)
@@ -170,6 +169,19 @@ func (f *Fabric) collectRemote(ctx context.Context, req CollectRequest) (Collect
 	defer ep.End()
 	if err := ep.Wait(ctx); err != nil {
 		return CollectReport{}, fmt.Errorf("gc --remote: %w", err)
+	}
+	if !req.DryRun {
+		// Other workers' writers: the shared record (remotegc.go). The
+		// mark below reads the journal after this commit.
+		st, err := f.beginRemoteGC(ctx)
+		if err != nil {
+			return CollectReport{}, fmt.Errorf("gc --remote: %w", err)
+		}
+		defer func() {
+			if err := f.endRemoteGC(ctx, st); err != nil {
+				f.log.Warn("gc --remote: mark the collection ended", "err", err)
+			}
+		}()
 	}
 	roots, extra, err := f.liveRoots(ctx)
 	if err != nil {

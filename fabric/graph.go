@@ -3,6 +3,7 @@ package fabric
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -62,9 +63,30 @@ func (f *Fabric) mutate(ctx context.Context, op string, req any, out any, fn fun
 	if ci.KeyGenerated {
 		ttl = f.opts.GeneratedKeyTTL
 	}
-	raw, replayed, err := journal.DoIdempotentFor(ctx, f.journal, ci.IdempotencyKey, op, req, ttl, func(tx journal.Tx) (any, error) {
-		return fn(tx, ci)
-	})
+	// A write session's commit follows the remote collection's protocol
+	// (remotegc.go): it waits for a running collection and makes its
+	// objects durable again after one.
+	rs, _ := ctx.Value(remoteSessionKey{}).(*remoteSession)
+	var raw []byte
+	var replayed bool
+	var err error
+	for {
+		var overlap *errRemoteGCOverlap
+		raw, replayed, err = journal.DoIdempotentFor(ctx, f.journal, ci.IdempotencyKey, op, req, ttl, func(tx journal.Tx) (any, error) {
+			if rs != nil {
+				if err := f.checkRemoteGC(tx, rs); err != nil {
+					return nil, err
+				}
+			}
+			return fn(tx, ci)
+		})
+		if !errors.As(err, &overlap) {
+			break
+		}
+		if err := f.afterRemoteGC(ctx, rs, overlap.state); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -167,6 +189,7 @@ func (f *Fabric) CreateGroup(ctx context.Context, req CreateGroupRequest) (Creat
 func (f *Fabric) CreateGroupFrom(ctx context.Context, src ImportSource, req CreateGroupRequest) (CreateGroupResult, error) {
 	leave := f.store.Enter()
 	defer leave()
+	ctx = f.remoteSession(ctx)
 	imp, err := f.importInSession(ctx, src)
 	if err != nil {
 		return CreateGroupResult{}, fmt.Errorf("create group: %w", err)
@@ -202,6 +225,7 @@ func (f *Fabric) createGroup(ctx context.Context, req CreateGroupRequest, inSess
 			liveNode = n.NodeID
 		}
 	}
+	ctx = f.remoteSession(ctx) // the Has of verifyTrees are recorded
 	if liveNode == "" && !inSession {
 		leave := f.store.Enter(root)
 		defer leave()
@@ -422,6 +446,7 @@ func (f *Fabric) Evaluate(ctx context.Context, req EvaluateRequest) (journal.Eva
 	if math.IsNaN(req.Reward) || math.IsInf(req.Reward, 0) {
 		return ev, fmt.Errorf("evaluate: reward must be finite: %w", journal.ErrInvalidArgument)
 	}
+	ctx = f.remoteSession(ctx) // the evidence found is recorded
 	for _, e := range req.Evidence {
 		id, err := cas.ParseID(e)
 		if err != nil {

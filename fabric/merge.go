@@ -68,6 +68,7 @@ func (f *Fabric) Merge(ctx context.Context, req MergeRequest) (MergeResult, erro
 	// node is committed: the merge re-uses their content.
 	leave := f.store.Enter()
 	defer leave()
+	ctx = f.remoteSession(ctx)
 	// Read the inputs and the base, then merge the trees outside any
 	// transaction; the commit re-checks everything it depends on.
 	var heads []journal.Node

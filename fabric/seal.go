@@ -123,6 +123,7 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	// until the node that names them is committed.
 	leave := f.store.Enter(baseID)
 	defer leave()
+	ctx = f.remoteSession(ctx)
 
 	// Quiesce: the attempt stops being active before anything is read.
 	from := journal.AttemptActive

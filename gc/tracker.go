@@ -76,6 +76,66 @@ func (t *Tracker) record(id cas.ID) {
 	mu.Unlock()
 }
 
+// Recorder collects, for one write session, the ids it stores or finds
+// through a Tracker (what Put, batch Puts, Has and Stat with a context from
+// WithRecorder record), whether or not an epoch is open. A remote
+// collection on another worker cannot see this process's epochs; the
+// session uses the ids to make its content durable again when such a
+// collection overlapped it (fabric's remote GC protocol).
+type Recorder struct {
+	mu  sync.Mutex
+	ids map[cas.ID]struct{}
+}
+
+type recorderKey struct{}
+
+// WithRecorder returns ctx with a new Recorder, or ctx and the Recorder it
+// already carries (a session inside another records into the outer one).
+func WithRecorder(ctx context.Context) (context.Context, *Recorder) {
+	if r := RecorderFrom(ctx); r != nil {
+		return ctx, r
+	}
+	r := &Recorder{ids: map[cas.ID]struct{}{}}
+	return context.WithValue(ctx, recorderKey{}, r), r
+}
+
+// RecorderFrom returns the Recorder ctx carries, or nil.
+func RecorderFrom(ctx context.Context) *Recorder {
+	r, _ := ctx.Value(recorderKey{}).(*Recorder)
+	return r
+}
+
+func (r *Recorder) add(id cas.ID) {
+	r.mu.Lock()
+	r.ids[id] = struct{}{}
+	r.mu.Unlock()
+}
+
+// Len is how many ids are recorded.
+func (r *Recorder) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ids)
+}
+
+// IDs returns the recorded ids.
+func (r *Recorder) IDs() []cas.ID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]cas.ID, 0, len(r.ids))
+	for id := range r.ids {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// recordCtx records id in ctx's Recorder, if any.
+func recordCtx(ctx context.Context, id cas.ID) {
+	if r := RecorderFrom(ctx); r != nil {
+		r.add(id)
+	}
+}
+
 // Get implements cas.Getter. Reads are not recorded: what a writer reads
 // to build on must come from a live root or a session's deps.
 func (t *Tracker) Get(ctx context.Context, id cas.ID) (io.ReadCloser, error) {
@@ -98,18 +158,21 @@ func (t *Tracker) put(ctx context.Context, p cas.Putter, r io.Reader) (cas.Info,
 		return info, created, err
 	}
 	t.record(info.ID)
+	recordCtx(ctx, info.ID)
 	return info, created, nil
 }
 
 // Has implements cas.Haser.
 func (t *Tracker) Has(ctx context.Context, id cas.ID) (bool, error) {
 	t.record(id)
+	recordCtx(ctx, id)
 	return t.s.Has(ctx, id)
 }
 
 // Stat implements cas.Statter.
 func (t *Tracker) Stat(ctx context.Context, id cas.ID) (cas.Info, error) {
 	t.record(id)
+	recordCtx(ctx, id)
 	return t.s.Stat(ctx, id)
 }
 

@@ -81,6 +81,11 @@ func (s *Store) lookup(ctx context.Context, id cas.ID, refresh bool) (loc, bool,
 	return l, ok, nil
 }
 
+// Reload lists the pack indexes again, forgetting packs another process
+// deleted (a remote collection on another worker): a Has or Stat after it
+// does not find objects of those packs in the stale index.
+func (s *Store) Reload(ctx context.Context) error { return s.reload(ctx) }
+
 // reload lists the pack indexes, loads the new ones and forgets the ones
 // gone (repacked). Concurrent callers share one reload that started after
 // they asked.
