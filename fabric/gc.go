@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/esf-dev/esf/cas"
 	s3store "github.com/esf-dev/esf/cas/s3"
@@ -129,7 +132,7 @@ func liveAttemptRoots(r journal.Reader, add func(hex string) error) error {
 }
 
 // pinnedRoots are the roots the content cache keeps (cas/tier): those of
-// live attempts.
+// live attempts, and those read-only mounts show.
 func (f *Fabric) pinnedRoots(ctx context.Context) ([]cas.ID, error) {
 	var roots []cas.ID
 	err := f.journal.View(ctx, func(r journal.Reader) error {
@@ -141,7 +144,48 @@ func (f *Fabric) pinnedRoots(ctx context.Context) ([]cas.ID, error) {
 			return err
 		})
 	})
-	return roots, err
+	if err != nil {
+		return nil, err
+	}
+	mounted, err := f.mountedRoots()
+	return append(roots, mounted...), err
+}
+
+// mountedRoots are the roots that read-only mounts (Mount without RW)
+// show: binds of the projection's roots/<id> directories. They are read
+// from mountinfo, not remembered, so they are found after a restart too,
+// as the mounts outlive it.
+func (f *Fabric) mountedRoots() ([]cas.ID, error) {
+	if f.projection == nil {
+		return nil, nil
+	}
+	infos, err := mountinfo.GetMounts(nil)
+	if err != nil {
+		return nil, fmt.Errorf("read-only mounts: %w", err)
+	}
+	major, minor := -1, -1
+	for _, in := range infos {
+		if in.Mountpoint == f.projection.mnt {
+			major, minor = in.Major, in.Minor
+		}
+	}
+	var roots []cas.ID
+	seen := map[cas.ID]bool{}
+	for _, in := range infos {
+		if in.Major != major || in.Minor != minor || in.Mountpoint == f.projection.mnt {
+			continue
+		}
+		rest, ok := strings.CutPrefix(in.Root, "/roots/")
+		if !ok {
+			continue
+		}
+		hex, _, _ := strings.Cut(rest, "/")
+		if id, err := cas.ParseID(hex); err == nil && !seen[id] {
+			seen[id] = true
+			roots = append(roots, id)
+		}
+	}
+	return roots, nil
 }
 
 // remoteCollector is the remote store's GC (cas/s3).

@@ -361,3 +361,64 @@ func TestRemoteCollect(t *testing.T) {
 		t.Fatalf("content imported again after its remote collection is not in the bucket: %v", err)
 	}
 }
+
+// With a small --cache-size, what a read-only mount shows stays cached
+// while other writes evict (found in mountinfo); after the unmount it may
+// go.
+func TestRemoteCachePinsReadOnlyMounts(t *testing.T) {
+	requireMounts(t)
+	testenv.Require(t, "s3")
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	f, err := Open(ctx, Options{StateDir: t.TempDir(), Remote: remoteStore(t, srv, srv.Bucket(t)), CacheSize: 8 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.StopAll(context.Background())
+		f.Close()
+	})
+	files := map[string]string{}
+	for i := range 8 {
+		files[fmt.Sprintf("f%d", i)] = string(bytes.Repeat([]byte{'a' + byte(i)}, 2<<10))
+	}
+	g := newGroup(t, f, files)
+	dir := t.TempDir()
+	if _, err := f.Mount(ctx, MountRequest{NodeID: g.Node.NodeID, Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	mounted := true
+	t.Cleanup(func() {
+		if mounted {
+			f.Umount(context.Background(), UmountRequest{Dir: dir})
+		}
+	})
+	for p, want := range files {
+		if got, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(got) != want {
+			t.Fatalf("read %s: %v", p, err)
+		}
+	}
+	other := map[string]string{}
+	for i := range 20 {
+		other[fmt.Sprintf("o%d", i)] = string(bytes.Repeat([]byte{'A' + byte(i)}, 2<<10))
+	}
+	newGroup(t, f, other)
+	if f.tier.Stats().Evictions.Load() == 0 {
+		t.Fatal("nothing was evicted")
+	}
+	for p, c := range files {
+		if ok, _ := f.local.Has(ctx, cas.Sum([]byte(c))); !ok {
+			t.Fatalf("%s of a read-only mount left the cache", p)
+		}
+	}
+	if _, err := f.Umount(ctx, UmountRequest{Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	mounted = false
+	if err := f.tier.Evict(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used := f.tier.CacheUsed(); used > 8<<10 {
+		t.Fatalf("after the unmount the cache holds %d bytes, bound %d", used, 8<<10)
+	}
+}
