@@ -159,36 +159,40 @@ func appendTree(b []byte, t *Tree) []byte {
 	b = appendXattrs(b, t.Xattrs)
 	b = binary.AppendUvarint(b, uint64(len(t.Entries)))
 	for i := range t.Entries {
-		e := &t.Entries[i]
-		b = appendString(b, e.Name)
-		if e.Type == TypeFile && len(e.Holes) > 0 {
-			b = append(b, byte(e.Type)|typeHoles)
-		} else {
-			b = append(b, byte(e.Type))
+		b = appendEntry(b, &t.Entries[i])
+	}
+	return b
+}
+
+func appendEntry(b []byte, e *Entry) []byte {
+	b = appendString(b, e.Name)
+	if e.Type == TypeFile && len(e.Holes) > 0 {
+		b = append(b, byte(e.Type)|typeHoles)
+	} else {
+		b = append(b, byte(e.Type))
+	}
+	if e.Type == TypeDir {
+		b = append(b, e.ID[:]...)
+		return b
+	}
+	b = appendAttr(b, &e.Attr)
+	switch e.Type {
+	case TypeFile:
+		b = binary.AppendUvarint(b, uint64(e.Size))
+		b = append(b, e.ID[:]...)
+		if len(e.Holes) > 0 {
+			b = appendHoles(b, e.Holes)
 		}
-		if e.Type == TypeDir {
-			b = append(b, e.ID[:]...)
-			continue
-		}
-		b = appendAttr(b, &e.Attr)
-		switch e.Type {
-		case TypeFile:
-			b = binary.AppendUvarint(b, uint64(e.Size))
-			b = append(b, e.ID[:]...)
-			if len(e.Holes) > 0 {
-				b = appendHoles(b, e.Holes)
-			}
-		case TypeSymlink:
-			b = appendString(b, e.Target)
-		case TypeCharDev, TypeBlockDev:
-			b = binary.AppendUvarint(b, uint64(e.Major))
-			b = binary.AppendUvarint(b, uint64(e.Minor))
-		}
-		b = appendXattrs(b, e.Xattrs)
-		b = appendString(b, e.LinkGroup)
-		if e.LinkGroup != "" {
-			b = binary.AppendUvarint(b, uint64(e.Nlink))
-		}
+	case TypeSymlink:
+		b = appendString(b, e.Target)
+	case TypeCharDev, TypeBlockDev:
+		b = binary.AppendUvarint(b, uint64(e.Major))
+		b = binary.AppendUvarint(b, uint64(e.Minor))
+	}
+	b = appendXattrs(b, e.Xattrs)
+	b = appendString(b, e.LinkGroup)
+	if e.LinkGroup != "" {
+		b = binary.AppendUvarint(b, uint64(e.Nlink))
 	}
 	return b
 }
@@ -219,15 +223,11 @@ func appendString(b []byte, s string) []byte {
 // have produced, including valid content in a non-canonical form, is
 // ErrCorrupt: a tree object is only ever read back from the store.
 func DecodeTree(b []byte) (*Tree, error) {
-	d := decoder{b: b}
-	t := d.tree()
-	if d.err != nil {
-		return nil, fmt.Errorf("decode tree: %v: %w", d.err, ErrCorrupt)
+	v, err := ParseTree(b)
+	if err != nil {
+		return nil, err
 	}
-	if err := t.Validate(); err != nil {
-		return nil, fmt.Errorf("decode tree: %v: %w", err, ErrCorrupt)
-	}
-	return t, nil
+	return v.Tree(), nil
 }
 
 type decoder struct {
@@ -348,66 +348,57 @@ func (d *decoder) xattrs() []Xattr {
 	return xs
 }
 
-func (d *decoder) tree() *Tree {
+// header reads the magic, the directory's own attributes and the entry
+// count, bounded by the input.
+func (d *decoder) header(a *Attr) uint64 {
 	if !bytes.HasPrefix(d.b, treeMagic) {
 		d.fail("not a version 1 tree")
-		return nil
+		return 0
 	}
 	d.b = d.b[len(treeMagic):]
-	t := &Tree{}
-	d.attr(&t.Attr)
-	t.Xattrs = d.xattrs()
+	d.attr(a)
+	a.Xattrs = d.xattrs()
 	// The smallest entry (a fifo with a one-byte name) takes minEntryLen
 	// bytes; that bounds the allocation by the input.
-	n := d.uvarint(uint64(len(d.b) / minEntryLen))
-	if n > 0 {
-		t.Entries = make([]Entry, 0, n)
+	return d.uvarint(uint64(len(d.b) / minEntryLen))
+}
+
+// entry decodes one entry into e (which must be zero).
+func (d *decoder) entry(e *Entry) {
+	e.Name = string(d.bytes(MaxNameLen))
+	typ := d.byte1()
+	holes := typ == byte(TypeFile)|typeHoles
+	if holes {
+		typ = byte(TypeFile)
 	}
-	for range n {
-		var e Entry
-		e.Name = string(d.bytes(MaxNameLen))
-		typ := d.byte1()
-		holes := typ == byte(TypeFile)|typeHoles
+	e.Type = Type(typ)
+	if e.Type == TypeDir {
+		e.ID = d.id()
+		return
+	}
+	d.attr(&e.Attr)
+	switch e.Type {
+	case TypeFile:
+		e.Size = int64(d.uvarint(1<<63 - 1))
+		e.ID = d.id()
 		if holes {
-			typ = byte(TypeFile)
+			e.Holes = d.holes()
 		}
-		e.Type = Type(typ)
-		if e.Type == TypeDir {
-			e.ID = d.id()
-		} else {
-			d.attr(&e.Attr)
-			switch e.Type {
-			case TypeFile:
-				e.Size = int64(d.uvarint(1<<63 - 1))
-				e.ID = d.id()
-				if holes {
-					e.Holes = d.holes()
-				}
-			case TypeSymlink:
-				e.Target = string(d.bytes(MaxTargetLen))
-				e.Size = int64(len(e.Target))
-			case TypeCharDev, TypeBlockDev:
-				e.Major = uint32(d.uvarint(1<<32 - 1))
-				e.Minor = uint32(d.uvarint(1<<32 - 1))
-			case TypeFIFO:
-			default:
-				d.fail("entry %q: unknown type %d", e.Name, e.Type)
-			}
-			e.Xattrs = d.xattrs()
-			e.LinkGroup = string(d.bytes(4096))
-			if e.LinkGroup != "" {
-				e.Nlink = uint32(d.uvarint(1<<32 - 1))
-			}
-		}
-		if d.err != nil {
-			return nil
-		}
-		t.Entries = append(t.Entries, e)
+	case TypeSymlink:
+		e.Target = string(d.bytes(MaxTargetLen))
+		e.Size = int64(len(e.Target))
+	case TypeCharDev, TypeBlockDev:
+		e.Major = uint32(d.uvarint(1<<32 - 1))
+		e.Minor = uint32(d.uvarint(1<<32 - 1))
+	case TypeFIFO:
+	default:
+		d.fail("entry %q: unknown type %d", e.Name, e.Type)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
+	e.Xattrs = d.xattrs()
+	e.LinkGroup = string(d.bytes(4096))
+	if e.LinkGroup != "" {
+		e.Nlink = uint32(d.uvarint(1<<32 - 1))
 	}
-	return t
 }
 
 // Validate checks the invariants of the canonical form: sorted unique valid
