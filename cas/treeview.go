@@ -131,6 +131,13 @@ func (v *TreeView) Type(i int) Type {
 	return Type(t)
 }
 
+// Linked reports whether the non-directory entry i belongs to a hard-link
+// group, without decoding it: its encoding ends with the group's name
+// length, zero when it has none, or with the group's nlink (at least two).
+func (v *TreeView) Linked(i int) bool {
+	return v.Type(i) != TypeDir && v.raw[v.offs[i+1]-1] != 0
+}
+
 // Search returns the index of name, or where it would be, and whether it
 // is there.
 func (v *TreeView) Search(name string) (int, bool) {

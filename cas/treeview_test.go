@@ -34,6 +34,9 @@ func TestTreeViewMatchesDecode(t *testing.T) {
 			if v.Name(i) != w.Name || v.Type(i) != w.Type {
 				t.Fatalf("entry %d: name %q type %v, want %q %v", i, v.Name(i), v.Type(i), w.Name, w.Type)
 			}
+			if v.Linked(i) != (w.LinkGroup != "") {
+				t.Fatalf("entry %d: linked = %v, link group %q", i, v.Linked(i), w.LinkGroup)
+			}
 			if got, ok := v.Lookup(w.Name); !ok || !reflect.DeepEqual(got, *w) {
 				t.Fatalf("lookup %q = %+v, %v", w.Name, got, ok)
 			}

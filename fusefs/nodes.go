@@ -30,15 +30,14 @@ type dirNode struct {
 	// the outcome is final. Only a missing or corrupt tree is a final
 	// error: anything else (an interrupted request, a transient failure of
 	// the store) is reported and tried again on the next use.
+	//
+	// The tree stays encoded (cas.TreeView): a lookup or a listing decodes
+	// the entries it needs, so a directory of a million names costs its
+	// encoded bytes, not a decoded Entry per name.
 	mu     sync.Mutex
 	loaded atomic.Bool
-	tree   *cas.Tree
+	tree   *cas.TreeView
 	err    syscall.Errno
-
-	// listing is the directory's entries, built on the first open and
-	// shared by every later one (read-only).
-	listOnce sync.Once
-	listing  []fuse.DirEntry
 }
 
 var (
@@ -63,7 +62,7 @@ func (d *dirNode) ensure(ctx context.Context) syscall.Errno {
 	// calling thread gets a signal (a Go program's preemption signal is
 	// enough), and a short local read is better finished than failed with
 	// EINTR, which the caller's lstat or open would return as is.
-	t, err := cas.ReadTree(context.WithoutCancel(ctx), d.fsys.opts.Store, d.id)
+	t, err := cas.ReadTreeView(context.WithoutCancel(ctx), d.fsys.opts.Store, d.id)
 	if err != nil {
 		errno := toErrno(err)
 		if errno != syscall.ENOENT {
@@ -86,13 +85,7 @@ func (d *dirNode) fillAttr(out *fuse.Attr) {
 	out.Ino = inoFor(d.root, d.path, false)
 	out.Size = 4096
 	out.Blocks = 8
-	nlink := 2
-	for i := range d.tree.Entries {
-		if d.tree.Entries[i].Type == cas.TypeDir {
-			nlink++
-		}
-	}
-	out.Nlink = uint32(nlink)
+	out.Nlink = uint32(2 + d.tree.Dirs())
 }
 
 func (d *dirNode) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -132,7 +125,7 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		d.fsys.setTimeouts(out)
 		return d.NewInode(ctx, c, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: out.Attr.Ino}), 0
 	}
-	n := &leafNode{fsys: d.fsys, entry: e, ino: d.leafIno(e, p)}
+	n := &leafNode{fsys: d.fsys, entry: &e, ino: d.leafIno(&e, p)}
 	n.fillAttr(&out.Attr)
 	d.fsys.setTimeouts(out)
 	return d.NewInode(ctx, n, fs.StableAttr{Mode: typeMode(e.Type), Ino: n.ino}), 0
@@ -145,23 +138,17 @@ func (d *dirNode) leafIno(e *cas.Entry, p string) uint64 {
 	return inoFor(d.root, p, false)
 }
 
-// entries lists the directory in the tree's (sorted, deterministic)
-// order, built once.
-func (d *dirNode) entries() []fuse.DirEntry {
-	d.listOnce.Do(func() {
-		list := make([]fuse.DirEntry, 0, len(d.tree.Entries))
-		for i := range d.tree.Entries {
-			e := &d.tree.Entries[i]
-			p := d.child(e.Name)
-			ino := inoFor(d.root, p, false)
-			if e.Type != cas.TypeDir {
-				ino = d.leafIno(e, p)
-			}
-			list = append(list, fuse.DirEntry{Name: e.Name, Mode: typeMode(e.Type), Ino: ino})
-		}
-		d.listing = list
-	})
-	return d.listing
+// dirent is entry i as a directory entry. Only a member of a hard-link
+// group needs the entry decoded (its inode number follows the group).
+func (d *dirNode) dirent(i int) fuse.DirEntry {
+	name, typ := d.tree.Name(i), d.tree.Type(i)
+	p := d.child(name)
+	ino := inoFor(d.root, p, false)
+	if typ != cas.TypeDir && d.tree.Linked(i) {
+		e := d.tree.Entry(i)
+		ino = d.leafIno(&e, p)
+	}
+	return fuse.DirEntry{Name: name, Mode: typeMode(typ), Ino: ino}
 }
 
 // OpendirHandle opens the directory for listing and lets the kernel keep
@@ -173,16 +160,15 @@ func (d *dirNode) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, u
 	if errno := d.ensure(ctx); errno != 0 {
 		return nil, 0, errno
 	}
-	return &listingHandle{d: d, entries: d.entries()}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+	return &listingHandle{d: d}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
-// listingHandle serves an open directory from its listing and counts, in
-// Counters.Readdirs, the listings the kernel actually asked for. Offsets
-// are positions in the listing (1 after the first entry).
+// listingHandle serves an open directory from its tree, entry by entry,
+// and counts, in Counters.Readdirs, the listings the kernel actually asked
+// for. Offsets are positions in the tree (1 after the first entry).
 type listingHandle struct {
 	d       *dirNode
 	mu      sync.Mutex
-	entries []fuse.DirEntry // shared, read-only
 	next    int
 	counted bool
 }
@@ -199,10 +185,10 @@ func (h *listingHandle) Readdirent(context.Context) (*fuse.DirEntry, syscall.Err
 		h.counted = true
 		h.d.fsys.Counters.Readdirs.Add(1)
 	}
-	if h.next >= len(h.entries) {
+	if h.next >= h.d.tree.Len() {
 		return nil, 0
 	}
-	e := h.entries[h.next]
+	e := h.d.dirent(h.next)
 	h.next++
 	e.Off = uint64(h.next)
 	return &e, 0
@@ -211,7 +197,7 @@ func (h *listingHandle) Readdirent(context.Context) (*fuse.DirEntry, syscall.Err
 func (h *listingHandle) Seekdir(_ context.Context, off uint64) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if off > uint64(len(h.entries)) {
+	if off > uint64(h.d.tree.Len()) {
 		return syscall.EINVAL
 	}
 	h.next = int(off)
@@ -233,9 +219,8 @@ func (d *dirNode) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.E
 }
 
 // leafNode is any non-directory: file, symlink, device or fifo. Its entry
-// points into the parent's decoded tree, which never changes: a copy would
-// cost some 200 bytes more per inode the kernel holds (a listing with
-// READDIRPLUS makes one for every entry).
+// is decoded from the parent's tree by the lookup that made the node, and
+// lives as long as the inode the kernel holds.
 type leafNode struct {
 	fs.Inode
 	fsys  *FS
