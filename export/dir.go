@@ -16,9 +16,27 @@ import (
 	"github.com/esf-dev/esf/cas"
 )
 
-// treeReader reads and decodes one tree; tests substitute one that skips the
-// decoder's validation to prove the exporter's own checks.
-type treeReader func(ctx context.Context, g cas.Getter, id cas.ID) (*cas.Tree, error)
+// treeReader reads one tree; tests substitute one that skips the decoder's
+// validation to prove the exporter's own checks.
+type treeReader func(ctx context.Context, g cas.Getter, id cas.ID) (*dirTree, error)
+
+// dirTree is what an export reads of one directory: its attributes and its
+// entries by index. Read from the store it is a cas.TreeView, so a huge
+// directory is exported one decoded entry at a time.
+type dirTree struct {
+	cas.Attr
+	n     int
+	entry func(i int) cas.Entry
+}
+
+// readView reads the tree id as a view.
+func readView(ctx context.Context, g cas.Getter, id cas.ID) (*dirTree, error) {
+	v, err := cas.ReadTreeView(ctx, g, id)
+	if err != nil {
+		return nil, err
+	}
+	return &dirTree{Attr: v.Attr, n: v.Len(), entry: v.Entry}, nil
+}
 
 const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 
@@ -28,7 +46,7 @@ const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLO
 // and mtime. See the package documentation for the safety argument, the
 // order of operations and what a failed export leaves behind.
 func ToDir(ctx context.Context, g cas.Getter, root cas.ID, dest string, opts Options) (Stats, error) {
-	return toDir(ctx, g, root, dest, opts, cas.ReadTree)
+	return toDir(ctx, g, root, dest, opts, readView)
 }
 
 func toDir(ctx context.Context, g cas.Getter, root cas.ID, dest string, opts Options, read treeReader) (Stats, error) {
@@ -163,9 +181,10 @@ func dirEmpty(fd int) (bool, error) {
 
 // fillDir creates t's entries in the directory fd, which is dir (relative to
 // dest) and which the export created and holds open.
-func (x *dirExporter) fillDir(fd int, t *cas.Tree, dir string) error {
-	for i := range t.Entries {
-		e := &t.Entries[i]
+func (x *dirExporter) fillDir(fd int, t *dirTree, dir string) error {
+	for i := range t.n {
+		ent := t.entry(i)
+		e := &ent
 		if err := x.ctx.Err(); err != nil {
 			return err
 		}

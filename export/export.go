@@ -278,7 +278,7 @@ func Lookup(ctx context.Context, g cas.Getter, root cas.ID, path string) (cas.En
 			return cas.Entry{}, fmt.Errorf("lookup %q: %s is a %s, not a directory: %w",
 				path, strings.Join(parts[:i], "/"), cur.Type, ErrNotFound)
 		}
-		t, err := cas.ReadTree(ctx, g, cur.ID)
+		t, err := cas.ReadTreeView(ctx, g, cur.ID)
 		if err != nil {
 			return cas.Entry{}, fmt.Errorf("lookup %q: %w", path, err)
 		}
@@ -286,7 +286,7 @@ func Lookup(ctx context.Context, g cas.Getter, root cas.ID, path string) (cas.En
 		if !ok {
 			return cas.Entry{}, fmt.Errorf("lookup %q: %s: %w", path, strings.Join(parts[:i+1], "/"), ErrNotFound)
 		}
-		cur = *e
+		cur = e
 	}
 	return cur, nil
 }

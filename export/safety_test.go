@@ -210,12 +210,12 @@ func TestExporterChecksWithoutDecoder(t *testing.T) {
 		trees[id] = tr
 		return id
 	}
-	read := func(_ context.Context, _ cas.Getter, id cas.ID) (*cas.Tree, error) {
+	read := func(_ context.Context, _ cas.Getter, id cas.ID) (*dirTree, error) {
 		tr, ok := trees[id]
 		if !ok {
 			return nil, cas.ErrNotFound
 		}
-		return tr, nil
+		return &dirTree{Attr: tr.Attr, n: len(tr.Entries), entry: func(i int) cas.Entry { return tr.Entries[i] }}, nil
 	}
 	child := add(&cas.Tree{Attr: cas.Attr{Mode: 0o755}, Entries: []cas.Entry{fileEntry(t, s, "victim", "pwned")}})
 	// tarOK: a tar only names things, so duplicate names are the

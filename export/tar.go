@@ -30,7 +30,7 @@ import (
 // archive/tar may not), and the caller must discard it, as WriteTarFile does.
 // ToTar does not close w.
 func ToTar(ctx context.Context, g cas.Getter, root cas.ID, w io.Writer, opts Options) (Stats, error) {
-	return toTar(ctx, g, root, w, opts, cas.ReadTree)
+	return toTar(ctx, g, root, w, opts, readView)
 }
 
 func toTar(ctx context.Context, g cas.Getter, root cas.ID, w io.Writer, opts Options, read treeReader) (Stats, error) {
@@ -84,9 +84,10 @@ func (x *tarExporter) run(root cas.ID) error {
 	return x.tw.Close()
 }
 
-func (x *tarExporter) walk(t *cas.Tree, dir string) error {
-	for i := range t.Entries {
-		e := &t.Entries[i]
+func (x *tarExporter) walk(t *dirTree, dir string) error {
+	for i := range t.n {
+		ent := t.entry(i)
+		e := &ent
 		if err := x.ctx.Err(); err != nil {
 			return err
 		}
