@@ -3,6 +3,7 @@ package cas
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -31,24 +32,30 @@ type Builder struct {
 	links int
 }
 
+// bnode is one directory. Its subdirectories are nodes; its other entries
+// live encoded in a leafSet, so a directory of a million files costs about
+// its encoded size, not a node with a decoded Entry per name.
 type bnode struct {
-	entry    Entry // Name, Type and, for non-directories, everything else
-	attr     Attr  // directory attributes, valid once loaded
-	base     ID    // directory: tree to load children from; ZeroID: new
-	children map[string]*bnode
-	loaded   bool
-	dirty    bool
-	linkKey  string
+	attr   Attr // directory attributes, valid once loaded
+	base   ID   // tree to load children from; ZeroID: new
+	dirs   map[string]*bnode
+	leaves leafSet
+	// keys holds the link key of each leaf that has one.
+	keys   map[string]string
+	loaded bool
+	dirty  bool
+}
+
+func newDir(a Attr) *bnode {
+	return &bnode{attr: a, loaded: true, dirty: true, dirs: map[string]*bnode{}}
 }
 
 // NewBuilder starts from base, read through g when needed. With a zero base
 // the root is an empty directory owned by root with mode 0755.
 func NewBuilder(g Getter, base ID) *Builder {
-	root := &bnode{entry: Entry{Type: TypeDir}, base: base}
+	root := &bnode{base: base}
 	if base.IsZero() {
-		root.loaded, root.dirty = true, true
-		root.attr = Attr{Mode: 0o755}
-		root.children = map[string]*bnode{}
+		root = newDir(Attr{Mode: 0o755})
 	}
 	return &Builder{g: g, root: root}
 }
@@ -57,25 +64,64 @@ func (b *Builder) load(ctx context.Context, n *bnode) error {
 	if n.loaded {
 		return nil
 	}
-	t, err := ReadTree(ctx, b.g, n.base)
+	v, err := ReadTreeView(ctx, b.g, n.base)
 	if err != nil {
 		return err
 	}
-	n.attr = t.Attr
-	n.children = make(map[string]*bnode, len(t.Entries))
-	for _, e := range t.Entries {
-		c := &bnode{entry: e}
-		if e.Type == TypeDir {
-			c.base = e.ID
-			c.entry = Entry{Name: e.Name, Type: TypeDir}
-		} else if e.LinkGroup != "" {
-			c.linkKey = "\x00base:" + e.LinkGroup
+	n.attr = v.Attr
+	n.dirs = make(map[string]*bnode, v.Dirs())
+	n.leaves = leafSet{}
+	var leaves []uint32
+	if v.Len() > v.Dirs() {
+		leaves = make([]uint32, 0, v.Len()-v.Dirs())
+	}
+	for i := range v.Len() {
+		if v.Type(i) == TypeDir {
+			e := v.Entry(i)
+			n.dirs[e.Name] = &bnode{base: e.ID}
+			continue
+		}
+		leaves = append(leaves, v.offs[i])
+		if v.Linked(i) {
+			e := v.Entry(i)
+			n.setKey(e.Name, "\x00base:"+e.LinkGroup)
 			b.baseLinks = true
 		}
-		n.children[e.Name] = c
+	}
+	// The tree's bytes become the leaves' records as they are.
+	if len(leaves) > 0 {
+		if err := n.leaves.adopt(v.raw, leaves); err != nil {
+			return err
+		}
 	}
 	n.loaded = true
 	return nil
+}
+
+func (n *bnode) setKey(name, key string) {
+	if key == "" {
+		delete(n.keys, name)
+		return
+	}
+	if n.keys == nil {
+		n.keys = map[string]string{}
+	}
+	n.keys[name] = key
+}
+
+// putLeaf stages e (valid, with its name) in n.
+func (n *bnode) putLeaf(e *Entry, key string) error {
+	if err := n.leaves.put(e); err != nil {
+		return err
+	}
+	n.setKey(e.Name, key)
+	return nil
+}
+
+// removeLeaf drops the leaf name from n, if there is one.
+func (n *bnode) removeLeaf(name string) error {
+	n.setKey(name, "")
+	return n.leaves.remove(name)
 }
 
 // ReadTree reads and decodes the tree id through g, verifying it first.
@@ -115,18 +161,19 @@ func (b *Builder) walkTo(ctx context.Context, parts []string, create bool, mkAtt
 		if mark {
 			n.dirty = true
 		}
-		c := n.children[name]
-		if c == nil || c.entry.Type != TypeDir {
+		c := n.dirs[name]
+		if c == nil {
 			if !create {
 				return nil, nil
 			}
-			if c != nil {
+			if e, ok, err := n.leaves.get(name); err != nil {
+				return nil, err
+			} else if ok {
 				return nil, fmt.Errorf("%s is a %s, not a directory: %w",
-					strings.Join(parts[:i+1], "/"), c.entry.Type, ErrInvalidArgument)
+					strings.Join(parts[:i+1], "/"), e.Type, ErrInvalidArgument)
 			}
-			c = &bnode{entry: Entry{Name: name, Type: TypeDir}, attr: mkAttr,
-				loaded: true, dirty: true, children: map[string]*bnode{}}
-			n.children[name] = c
+			c = newDir(mkAttr)
+			n.dirs[name] = c
 		}
 		n = c
 	}
@@ -184,26 +231,28 @@ func (b *Builder) Put(ctx context.Context, p string, e Entry, linkKey string) er
 	if err != nil {
 		return err
 	}
-	c := dir.children[name]
+	c := dir.dirs[name]
 	if e.Type == TypeDir {
-		if c != nil && c.entry.Type == TypeDir {
+		if c != nil {
 			if err := b.load(ctx, c); err != nil {
 				return err
 			}
 			c.attr, c.dirty = e.Attr, true
 			return nil
 		}
-		dir.children[name] = &bnode{entry: Entry{Name: name, Type: TypeDir}, attr: e.Attr,
-			loaded: true, dirty: true, children: map[string]*bnode{}}
+		if err := dir.removeLeaf(name); err != nil {
+			return err
+		}
+		dir.dirs[name] = newDir(e.Attr)
 		return nil
 	}
 	if c != nil {
 		if err := b.removing(ctx, c); err != nil {
 			return err
 		}
+		delete(dir.dirs, name)
 	}
-	dir.children[name] = &bnode{entry: e, linkKey: linkKey}
-	return nil
+	return dir.putLeaf(&e, linkKey)
 }
 
 // Lookup returns the staged entry at p and its link key. For a directory the
@@ -223,17 +272,18 @@ func (b *Builder) Lookup(ctx context.Context, p string) (e Entry, linkKey string
 	if err != nil || dir == nil {
 		return Entry{}, "", false, err
 	}
-	c := dir.children[parts[len(parts)-1]]
-	if c == nil {
-		return Entry{}, "", false, nil
-	}
-	if c.entry.Type == TypeDir {
+	name := parts[len(parts)-1]
+	if c := dir.dirs[name]; c != nil {
 		if err := b.load(ctx, c); err != nil {
 			return Entry{}, "", false, err
 		}
-		return Entry{Name: c.entry.Name, Type: TypeDir, Attr: c.attr}, "", true, nil
+		return Entry{Name: name, Type: TypeDir, Attr: c.attr}, "", true, nil
 	}
-	return c.entry, c.linkKey, true, nil
+	e, ok, err = dir.leaves.get(name)
+	if err != nil || !ok {
+		return Entry{}, "", false, err
+	}
+	return e, dir.keys[name], true, nil
 }
 
 // Link stages a hard link at newPath to the non-directory at oldPath.
@@ -257,7 +307,7 @@ func (b *Builder) Link(ctx context.Context, newPath, oldPath string) error {
 		if err != nil {
 			return err
 		}
-		dir.children[parts[len(parts)-1]].linkKey = key
+		dir.setKey(parts[len(parts)-1], key)
 	}
 	return b.Put(ctx, newPath, e, key)
 }
@@ -277,19 +327,23 @@ func (b *Builder) Delete(ctx context.Context, p string) error {
 		return err
 	}
 	name := parts[len(parts)-1]
-	c, ok := dir.children[name]
-	if !ok {
-		return nil
-	}
-	if err := b.removing(ctx, c); err != nil {
+	c := dir.dirs[name]
+	if c != nil {
+		if err := b.removing(ctx, c); err != nil {
+			return err
+		}
+	} else if _, ok, err := dir.leaves.get(name); err != nil || !ok {
 		return err
 	}
 	// Mark the path only now that something changes.
 	if _, err := b.walkTo(ctx, parts[:len(parts)-1], false, Attr{}, true); err != nil {
 		return err
 	}
-	delete(dir.children, name)
-	return nil
+	if c != nil {
+		delete(dir.dirs, name)
+		return nil
+	}
+	return dir.removeLeaf(name)
 }
 
 // Clear removes every entry below the directory p but keeps p (an opaque
@@ -301,7 +355,7 @@ func (b *Builder) Clear(ctx context.Context, p string) error {
 		return err
 	}
 	dir, err := b.walkTo(ctx, parts, false, Attr{}, false)
-	if err != nil || dir == nil || len(dir.children) == 0 {
+	if err != nil || dir == nil || (len(dir.dirs) == 0 && dir.leaves.empty()) {
 		return err
 	}
 	if err := b.removing(ctx, dir); err != nil {
@@ -310,7 +364,9 @@ func (b *Builder) Clear(ctx context.Context, p string) error {
 	if _, err := b.walkTo(ctx, parts, false, Attr{}, true); err != nil {
 		return err
 	}
-	dir.children = map[string]*bnode{}
+	dir.dirs = map[string]*bnode{}
+	dir.leaves = leafSet{}
+	dir.keys = nil
 	return nil
 }
 
@@ -323,7 +379,9 @@ func (b *Builder) Write(ctx context.Context, p Putter) (ID, error) {
 			return ZeroID, err
 		}
 	}
-	b.assignLinks()
+	if err := b.assignLinks(); err != nil {
+		return ZeroID, err
+	}
 	return b.write(ctx, p, b.root)
 }
 
@@ -334,22 +392,19 @@ func (b *Builder) Write(ctx context.Context, p Putter) (ID, error) {
 // trees (never its blobs). A removed non-directory needs nothing: its parent
 // is loaded, and loading it already noted its group.
 func (b *Builder) removing(ctx context.Context, n *bnode) error {
-	if b.baseLinks || n.entry.Type != TypeDir {
+	if b.baseLinks {
 		return nil
 	}
 	return b.loadAll(ctx, n)
 }
 
 func (b *Builder) loadAll(ctx context.Context, n *bnode) error {
-	if n.entry.Type != TypeDir {
-		return nil
-	}
 	if !n.loaded {
 		if err := b.load(ctx, n); err != nil {
 			return err
 		}
 	}
-	for _, c := range n.children {
+	for _, c := range n.dirs {
 		if err := b.loadAll(ctx, c); err != nil {
 			return err
 		}
@@ -358,75 +413,79 @@ func (b *Builder) loadAll(ctx context.Context, n *bnode) error {
 }
 
 // assignLinks names each group of loaded entries by its first member in
-// depth-first name order and counts the members.
-func (b *Builder) assignLinks() {
+// depth-first name order, counts the members, and restages (and marks the
+// directories above) every member whose group or count changes.
+func (b *Builder) assignLinks() error {
+	type member struct {
+		dir  *bnode
+		name string
+		path []*bnode // the directories from the root to dir
+	}
 	type group struct {
-		first string
-		nodes []*bnode
+		first   string
+		members []member
 	}
 	groups := map[string]*group{}
 	var order []*group
-	var visit func(n *bnode, prefix string)
-	visit = func(n *bnode, prefix string) {
+	var visit func(n *bnode, prefix string, path []*bnode)
+	visit = func(n *bnode, prefix string, path []*bnode) {
 		if !n.loaded {
 			return
 		}
-		for _, name := range sortedNames(n.children) {
-			c := n.children[name]
+		path = append(path, n)
+		names := make([]string, 0, len(n.dirs)+len(n.keys))
+		for name := range n.dirs {
+			names = append(names, name)
+		}
+		for name := range n.keys {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
 			p := name
 			if prefix != "" {
 				p = prefix + "/" + name
 			}
-			if c.entry.Type == TypeDir {
-				visit(c, p)
+			if c := n.dirs[name]; c != nil {
+				visit(c, p, slices.Clip(path))
 				continue
 			}
-			if c.linkKey == "" {
-				continue
-			}
-			g := groups[c.linkKey]
+			key := n.keys[name]
+			g := groups[key]
 			if g == nil {
 				g = &group{first: p}
-				groups[c.linkKey] = g
+				groups[key] = g
 				order = append(order, g)
 			}
-			g.nodes = append(g.nodes, c)
+			g.members = append(g.members, member{dir: n, name: name, path: path})
 		}
 	}
-	visit(b.root, "")
+	visit(b.root, "", nil)
 	for _, g := range order {
-		group, nlink := g.first, uint32(len(g.nodes))
+		group, nlink := g.first, uint32(len(g.members))
 		if nlink < 2 {
 			group, nlink = "", 0
 		}
-		for _, c := range g.nodes {
-			if c.entry.LinkGroup != group || c.entry.Nlink != nlink {
-				c.entry.LinkGroup, c.entry.Nlink = group, nlink
-				// The entry changed; its directory must be re-encoded. Marking
-				// every loaded directory dirty would cost a full write, so mark
-				// precisely: re-walk is cheap because groups are rare.
-				b.markContaining(c)
+		for _, m := range g.members {
+			e, ok, err := m.dir.leaves.get(m.name)
+			if err != nil {
+				return err
+			}
+			if !ok || (e.LinkGroup == group && e.Nlink == nlink) {
+				continue
+			}
+			e.LinkGroup, e.Nlink = group, nlink
+			if err := m.dir.leaves.put(&e); err != nil {
+				return err
+			}
+			// The entry changed: every directory on its path must be
+			// re-encoded.
+			for _, d := range m.path {
+				d.dirty = true
 			}
 		}
 	}
-}
-
-// markContaining marks dirty every directory on the path to c.
-func (b *Builder) markContaining(target *bnode) {
-	var find func(n *bnode) bool
-	find = func(n *bnode) bool {
-		if !n.loaded {
-			return false
-		}
-		for _, c := range n.children {
-			if c == target || (c.entry.Type == TypeDir && find(c)) {
-				n.dirty = true
-				return true
-			}
-		}
-		return false
-	}
-	find(b.root)
+	return nil
 }
 
 func sortedNames(m map[string]*bnode) []string {
@@ -438,6 +497,8 @@ func sortedNames(m map[string]*bnode) []string {
 	return names
 }
 
+// write encodes n entry by entry: its leaves stay encoded until they are
+// copied into the tree, so a huge directory is never held decoded.
 func (b *Builder) write(ctx context.Context, p Putter, n *bnode) (ID, error) {
 	if !n.dirty && !n.base.IsZero() {
 		return n.base, nil
@@ -445,20 +506,37 @@ func (b *Builder) write(ctx context.Context, p Putter, n *bnode) (ID, error) {
 	if err := ctx.Err(); err != nil {
 		return ZeroID, err
 	}
-	t := &Tree{Attr: n.attr, Entries: make([]Entry, 0, len(n.children))}
-	for _, name := range sortedNames(n.children) {
-		c := n.children[name]
-		e := c.entry
-		if e.Type == TypeDir {
-			id, err := b.write(ctx, p, c)
-			if err != nil {
-				return ZeroID, err
-			}
-			e = Entry{Name: name, Type: TypeDir, ID: id}
+	dirs := sortedNames(n.dirs)
+	ids := make([]ID, len(dirs))
+	for i, name := range dirs {
+		id, err := b.write(ctx, p, n.dirs[name])
+		if err != nil {
+			return ZeroID, err
 		}
-		t.Entries = append(t.Entries, e)
+		ids[i] = id
 	}
-	raw, id, err := TreeID(t)
+	if err := n.leaves.flush(); err != nil {
+		return ZeroID, err
+	}
+	enc := NewTreeEncoder(n.attr, len(dirs)+n.leaves.len())
+	i := 0
+	err := n.leaves.each(func(e *Entry) error {
+		for ; i < len(dirs) && dirs[i] < e.Name; i++ {
+			if err := enc.Add(&Entry{Name: dirs[i], Type: TypeDir, ID: ids[i]}); err != nil {
+				return err
+			}
+		}
+		return enc.Add(e)
+	})
+	if err != nil {
+		return ZeroID, err
+	}
+	for ; i < len(dirs); i++ {
+		if err := enc.Add(&Entry{Name: dirs[i], Type: TypeDir, ID: ids[i]}); err != nil {
+			return ZeroID, err
+		}
+	}
+	raw, id, err := enc.Finish()
 	if err != nil {
 		return ZeroID, err
 	}
