@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -89,6 +90,17 @@ type Store struct {
 	// so pebble is never closed under a live snapshot or batch.
 	closeMu sync.RWMutex
 	closed  bool
+
+	// Group commit (see the package doc). issued numbers the commits in
+	// the order they were applied (under the writer lock, before the
+	// batch becomes visible); durable is the highest number up to which
+	// every commit's WAL sync has finished. Both only grow.
+	issued  atomic.Uint64
+	durable atomic.Uint64
+	dmu     sync.Mutex
+	synced  map[uint64]bool // commits synced out of order, above durable
+	advance chan struct{}   // closed (and replaced) when durable grows or syncErr is set
+	syncErr error           // a failed WAL sync: the store refuses all further work
 }
 
 var _ journal.Store = (*Store)(nil)
@@ -138,7 +150,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open journal %s: %w", dir, err)
 	}
-	return &Store{db: db, opts: opts, writer: make(chan struct{}, 1)}, nil
+	return &Store{db: db, opts: opts, writer: make(chan struct{}, 1), synced: map[uint64]bool{}, advance: make(chan struct{})}, nil
 }
 
 func checkSchema(db *pebble.DB) error {
@@ -165,6 +177,13 @@ func (s *Store) View(ctx context.Context, fn func(r journal.Reader) error) error
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
+	// The snapshot may hold commits whose WAL sync is still running (the
+	// writer lock is released before it): wait for them, so nothing is
+	// read that a crash could still take back. Loaded after the snapshot
+	// was taken, issued counts every commit it can see.
+	if err := s.waitDurable(ctx, s.issued.Load()); err != nil {
+		return err
+	}
 	r := &reader{ctx: ctx, src: snap, now: s.now()}
 	defer r.end()
 	return fn(r)
@@ -180,7 +199,14 @@ func (s *Store) Update(ctx context.Context, fn func(tx journal.Tx) error) error 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-s.writer }()
+	locked := true
+	unlock := func() {
+		if locked {
+			locked = false
+			<-s.writer
+		}
+	}
+	defer unlock()
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
 	if s.closed {
@@ -202,18 +228,105 @@ func (s *Store) Update(ctx context.Context, fn func(tx journal.Tx) error) error 
 		return err
 	}
 	if b.Empty() {
-		return nil
+		// fn may have read commits still being synced; what it returns
+		// must not outlive a crash either.
+		k := s.issued.Load()
+		unlock()
+		return s.waitDurable(ctx, k)
 	}
 	if err := s.opts.Failpoint(journal.FailpointUpdateBeforeCommit); err != nil {
 		return err
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := s.failed(); err != nil {
+		return err
+	}
+	// Apply the batch (visible from here on) and let the next transaction
+	// in while the WAL sync runs: pebble's log writer syncs every commit
+	// queued meanwhile with one fdatasync.
+	k := s.issued.Add(1)
+	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		// pebble fails a commit here only when its own state is broken
+		// (the batch may sit in its pending queue for good): no later
+		// commit could become durable, so the failure is sticky.
+		s.markSynced(k, err)
 		return fmt.Errorf("journal commit: %w", mapErr(err))
+	}
+	unlock()
+	serr := b.SyncWait()
+	s.markSynced(k, serr)
+	if serr != nil {
+		return fmt.Errorf("journal commit: %w", mapErr(serr))
+	}
+	// Return only once every commit this one could have read is durable
+	// too (they synced before it in the WAL, but each waits for its own).
+	if err := s.waitDurable(context.WithoutCancel(ctx), k); err != nil {
+		return fmt.Errorf("journal commit: %w", err)
 	}
 	if t.appends.Appended() {
 		s.notify.Broadcast()
 	}
 	return s.opts.Failpoint(journal.FailpointUpdateAfterCommit)
+}
+
+// markSynced records that commit k's WAL sync finished (err nil) or
+// failed (then every later transaction fails with it), and advances durable over every commit synced in a row.
+func (s *Store) markSynced(k uint64, err error) {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	if err != nil {
+		if s.syncErr == nil {
+			s.syncErr = fmt.Errorf("journal commit failed, the journal must be reopened: %w", err)
+			close(s.advance)
+			s.advance = make(chan struct{})
+		}
+		return
+	}
+	d := s.durable.Load()
+	if k <= d {
+		return
+	}
+	s.synced[k] = true
+	for s.synced[d+1] {
+		delete(s.synced, d+1)
+		d++
+	}
+	if d != s.durable.Load() {
+		s.durable.Store(d)
+		close(s.advance)
+		s.advance = make(chan struct{})
+	}
+}
+
+// failed returns the sticky error of a failed WAL sync: after one, the
+// log's state on disk is unknown (a failed fsync may have dropped the
+// dirty pages it could not write), so no transaction may build on it.
+func (s *Store) failed() error {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	return s.syncErr
+}
+
+// waitDurable waits until every commit up to k is durable.
+func (s *Store) waitDurable(ctx context.Context, k uint64) error {
+	for {
+		if s.durable.Load() >= k {
+			return nil
+		}
+		s.dmu.Lock()
+		ch, err := s.advance, s.syncErr
+		s.dmu.Unlock()
+		if err != nil {
+			return err
+		}
+		if s.durable.Load() >= k {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Notify implements journal.Store.
