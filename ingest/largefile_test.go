@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -142,7 +144,12 @@ func TestDirNewContentReimportKeepsStoredCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(left) != 0 {
-		t.Fatalf("%d temp files left by the re-import", len(left))
+	for _, e := range left {
+		// A batch's redo records (second links of the objects it
+		// published, see cas/local) stay until a later flush.
+		if fi, err := e.Info(); err == nil && strings.HasPrefix(e.Name(), "pub-") && fi.Sys().(*syscall.Stat_t).Nlink == 2 {
+			continue
+		}
+		t.Fatalf("temp file %s left by the re-import", e.Name())
 	}
 }

@@ -25,38 +25,51 @@ import (
 var _ cas.Batcher = (*Store)(nil)
 
 // NewBatch implements cas.Batcher with group commit: the durability protocol
-// of Put, paid once per batch instead of once per object.
+// of Put, paid once per batch instead of once per object, and with a single
+// flush.
 //
 // Put writes a read-only temp file in <dir>/tmp while hashing, without
-// fsync, and remembers only its id and a sequence number (never content).
-// Objects already stored or already in the batch are not written again;
-// small ones are hashed in memory first, as Put does, so they cost one stat.
+// fsync, named tmp/pub-<id>-<batch>-<seq> (a streamed object is renamed to
+// that name once hashed), and remembers only its id and a sequence number
+// (never content). Objects already stored or already in the batch are not
+// written again; small ones are hashed in memory first, as Put does, so they
+// cost one stat.
 //
 // Commit then:
 //  1. creates the fan-out directories the batch needs;
-//  2. calls syncfs(2) once, which makes every temp file (data, size, mode)
-//     and those directories durable in one flush of the filesystem instead
-//     of one fsync per file;
-//  3. renames each temp file into place, never replacing (as Put does), in
-//     id order, checking the context between renames;
-//  4. calls syncfs(2) again, which makes all the renames durable at once
-//     (cheaper than fsyncing each fan-out directory: a batch of 1000 random
-//     ids touches ~250 of them).
+//  2. calls syncfs(2) once, which makes every temp file (data, size, mode,
+//     name) and those directories durable in one flush of the filesystem
+//     instead of one fsync per file;
+//  3. links each temp file into place with link(2), which never replaces,
+//     in id order, checking the context between links, and leaves the temp
+//     name (the object's redo record) for a later flush to retire.
+//
+// The links are not flushed (a second syncfs per batch was the price of
+// making them durable at once, a seal's second flush in a row): each
+// object is durable already under its tmp/pub- name, and Open redoes the
+// publication of every pub- file a crash left (see redoPublications): it
+// removes those whose object exists, and links in those whose content
+// hashes to the id they name, so a link lost by a crash comes back before
+// anyone reads the store. A pub- name is retired (unlinked) only once a
+// later flush has made its link durable: the next Commit's syncfs, which
+// flushes every link made before it started. Hard links rather than
+// renames so that no crash can lose both names of an object, whatever the
+// filesystem's ordering of directory updates.
 //
 // With Options.SmallBatch set, a small batch (at most that many new
 // objects: a seal of a few changed files) flushes file by file instead,
 // because syncfs writes back every dirty page of the file system, anyone's,
 // and so costs what the busiest other writer on it has pending: Put keeps
 // such a batch's temp files open, step 1 makes new fan-out directories
-// durable as Put does, step 2 fsyncs the temp files in parallel and step 4
-// the fan-out directories the renames touched, in parallel too. The first
-// Put past the limit closes the files and the batch goes on with syncfs.
+// durable as Put does, step 2 fsyncs the temp files in parallel, step 3
+// renames them (as Put does) and step 4 fsyncs the fan-out directories the
+// renames touched, in parallel too; until it returns the renamed ids are
+// registered as in flight, so a concurrent Put that finds one fsyncs its
+// directory before reporting it stored. The first Put past the limit closes
+// the files and the batch goes on with syncfs.
 //
 // No name is published before step 2 returns, so whatever a crash leaves
-// under objects/ is whole. Step 4 runs even when step 3 stopped early, and
-// until it returns the renamed ids are registered as in flight, so a
-// concurrent Put that finds one fsyncs its directory before reporting it
-// stored, exactly as with a Put's own rename.
+// under objects/ is whole.
 //
 // Errors: syncfs reports writeback errors of the whole filesystem that
 // happened since its file descriptor was opened (Linux >= 5.8; older kernels
@@ -80,6 +93,7 @@ func (s *Store) NewBatch() cas.Batch {
 		fsync:    unix.Fsync,
 		syncDir:  syncDir,
 		rename:   renameNoReplace,
+		link:     os.Link,
 		smallMax: s.smallBatch,
 		prefix:   "batch-" + strconv.FormatUint(rand.Uint64(), 16) + "-",
 		fd:       -1,
@@ -93,12 +107,13 @@ func (s *Store) NewBatch() cas.Batch {
 
 type batch struct {
 	s *Store
-	// Seams for tests; unix.Syncfs, unix.Fsync, syncDir and
-	// renameNoReplace otherwise.
+	// Seams for tests; unix.Syncfs, unix.Fsync, syncDir, renameNoReplace
+	// and os.Link otherwise.
 	syncfs  func(fd int) error
 	fsync   func(fd int) error
 	syncDir func(dir string) error
 	rename  func(oldpath, newpath string) error
+	link    func(oldpath, newpath string) error
 	// smallMax is Options.SmallBatch (0: always syncfs).
 	smallMax int
 
@@ -119,8 +134,14 @@ type batch struct {
 	open map[uint64]int
 }
 
+// tempPath is the temp file of a streamed object before it is hashed.
 func (b *batch) tempPath(seq uint64) string {
 	return filepath.Join(b.s.tmp, b.prefix+strconv.FormatUint(seq, 10))
+}
+
+// pubPath is the temp file of object id: its redo record once flushed.
+func (b *batch) pubPath(id cas.ID, seq uint64) string {
+	return filepath.Join(b.s.tmp, pubPrefix+id.String()+"-"+b.prefix+strconv.FormatUint(seq, 10))
 }
 
 func errEnded(op string) error {
@@ -178,7 +199,11 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	}
 
 	seq := b.seq.Add(1)
-	f, err := createTemp(b.tempPath(seq))
+	name := b.tempPath(seq)
+	if eof {
+		name = b.pubPath(info.ID, seq)
+	}
+	f, err := createTemp(name)
 	if err != nil {
 		return cas.Info{}, false, fmt.Errorf("batch put: %w", err)
 	}
@@ -210,6 +235,11 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 		if known, err := b.known(info.ID); err != nil || known {
 			return info, false, err
 		}
+		pub := b.pubPath(info.ID, seq)
+		if err := os.Rename(f.name, pub); err != nil {
+			return cas.Info{}, false, fmt.Errorf("batch put: %w", err)
+		}
+		f.name = pub
 	}
 	if err := ctx.Err(); err != nil {
 		return cas.Info{}, false, fmt.Errorf("batch put %s: %w", info.ID, err)
@@ -325,8 +355,8 @@ func (b *batch) Abort() {
 	for _, fd := range open {
 		unix.Close(fd)
 	}
-	for _, seq := range objs {
-		os.Remove(b.tempPath(seq))
+	for id, seq := range objs {
+		os.Remove(b.pubPath(id, seq))
 	}
 	if fd >= 0 {
 		unix.Close(fd)
@@ -381,7 +411,7 @@ func (b *batch) Commit(ctx context.Context) error {
 	done := 0
 	defer func() {
 		for _, p := range pending[done:] {
-			os.Remove(b.tempPath(p.seq))
+			os.Remove(b.pubPath(p.id, p.seq))
 		}
 	}()
 
@@ -408,7 +438,7 @@ func (b *batch) Commit(ctx context.Context) error {
 				return fmt.Errorf("temp file of %s not open: %w", pending[i].id, cas.ErrFailedPrecondition)
 			}
 			if err := b.fsync(fd); err != nil {
-				return fmt.Errorf("fsync %s: %w", b.tempPath(pending[i].seq), err)
+				return fmt.Errorf("fsync %s: %w", b.pubPath(pending[i].id, pending[i].seq), err)
 			}
 			return nil
 		}); err != nil {
@@ -427,10 +457,14 @@ func (b *batch) Commit(ctx context.Context) error {
 			}
 			made = append(made, fan)
 		}
-		// 2. One flush for every temp file and directory.
+		// 2. One flush for every temp file and directory, and for the
+		// links of earlier batches, whose redo records it retires.
+		retire := s.takeRetired()
 		if err := b.syncfs(fd); err != nil {
+			s.addRetired(retire)
 			return fmt.Errorf("batch commit: syncfs %s: %w", s.dir, err)
 		}
+		removeRetired(retire)
 		for _, fan := range made {
 			s.fanout[fan].Store(true)
 		}
@@ -438,8 +472,11 @@ func (b *batch) Commit(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("batch commit: %w", err)
 	}
+	if !small {
+		return b.publishLinks(ctx, pending, &done)
+	}
 
-	// 3. Publication.
+	// 3. Publication of a small batch, by rename.
 	s.mu.Lock()
 	for _, p := range pending {
 		s.inflight[p.id]++
@@ -460,7 +497,7 @@ func (b *batch) Commit(ctx context.Context) error {
 			err = fmt.Errorf("batch commit: %w", err)
 			break
 		}
-		rerr := b.rename(b.tempPath(p.seq), s.Path(p.id))
+		rerr := b.rename(b.pubPath(p.id, p.seq), s.Path(p.id))
 		if rerr != nil && !errors.Is(rerr, fs.ErrExist) {
 			err = fmt.Errorf("batch commit %s: %w", p.id, rerr)
 			break
@@ -468,7 +505,7 @@ func (b *batch) Commit(ctx context.Context) error {
 		if rerr != nil {
 			// Stored meanwhile by another writer, whose rename the flush
 			// below covers too; our copy is redundant.
-			os.Remove(b.tempPath(p.seq))
+			os.Remove(b.pubPath(p.id, p.seq))
 		}
 		done++
 	}
@@ -477,20 +514,42 @@ func (b *batch) Commit(ctx context.Context) error {
 	// The objects stay if it fails: removing them could pull one from
 	// under a Put that already found it. Whether they survive a crash is
 	// unknown until the next Open fsyncs the fan-out directories.
-	if small {
-		var dirs []string
-		for i, p := range pending[:done] {
-			if i == 0 || pending[i-1].id[0] != p.id[0] {
-				dirs = append(dirs, s.fanoutDir(p.id))
-			}
+	var dirs []string
+	for i, p := range pending[:done] {
+		if i == 0 || pending[i-1].id[0] != p.id[0] {
+			dirs = append(dirs, s.fanoutDir(p.id))
 		}
-		if serr := parallel(len(dirs), func(i int) error { return b.syncDir(dirs[i]) }); serr != nil && err == nil {
-			err = fmt.Errorf("batch commit: %w", serr)
-		}
-		return err
 	}
-	if serr := b.syncfs(fd); serr != nil && err == nil {
-		err = fmt.Errorf("batch commit: syncfs %s: %w", s.dir, serr)
+	if serr := parallel(len(dirs), func(i int) error { return b.syncDir(dirs[i]) }); serr != nil && err == nil {
+		err = fmt.Errorf("batch commit: %w", serr)
 	}
 	return err
+}
+
+// publishLinks is step 3 of a batch flushed with syncfs: it links every flushed
+// temp file into place and queues its name for retirement; *done counts the
+// objects handled (the rest still have only a temp file).
+func (b *batch) publishLinks(ctx context.Context, pending []pendingObject, done *int) error {
+	s := b.s
+	linked := map[cas.ID][]string{}
+	defer func() { s.addRetired(linked) }()
+	for _, p := range pending {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("batch commit: %w", err)
+		}
+		pub := b.pubPath(p.id, p.seq)
+		err := b.link(pub, s.Path(p.id))
+		switch {
+		case err == nil:
+			linked[p.id] = append(linked[p.id], pub)
+		case errors.Is(err, fs.ErrExist):
+			// Stored meanwhile by another writer, durable already (under
+			// its own redo record if it is recent); ours is redundant.
+			os.Remove(pub)
+		default:
+			return fmt.Errorf("batch commit %s: %w", p.id, err)
+		}
+		*done++
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,7 +21,7 @@ import (
 	"github.com/esf-dev/esf/cas"
 )
 
-// hookedBatch is a batch of a fresh store whose syncfs and rename go through
+// hookedBatch is a batch of a fresh store whose syncfs and link go through
 // the given hooks (nil means the real call).
 type hookedBatch struct {
 	s   *Store
@@ -28,14 +29,14 @@ type hookedBatch struct {
 	ids []cas.ID // what was put, in id order (the order of publication)
 }
 
-func newHookedBatch(t *testing.T, n int, syncfs func(call, fd int) error, rename func(call int, oldpath, newpath string) error) *hookedBatch {
+func newHookedBatch(t *testing.T, n int, syncfs func(call, fd int) error, link func(call int, oldpath, newpath string) error) *hookedBatch {
 	t.Helper()
 	s, err := Open(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &hookedBatch{s: s, b: s.NewBatch().(*batch)}
-	syncCalls, renameCalls := 0, 0
+	syncCalls, linkCalls := 0, 0
 	h.b.syncfs = func(fd int) error {
 		syncCalls++
 		if syncfs != nil {
@@ -45,14 +46,14 @@ func newHookedBatch(t *testing.T, n int, syncfs func(call, fd int) error, rename
 		}
 		return unix.Syncfs(fd)
 	}
-	h.b.rename = func(oldpath, newpath string) error {
-		renameCalls++
-		if rename != nil {
-			if err := rename(renameCalls, oldpath, newpath); err != nil {
+	h.b.link = func(oldpath, newpath string) error {
+		linkCalls++
+		if link != nil {
+			if err := link(linkCalls, oldpath, newpath); err != nil {
 				return err
 			}
 		}
-		return renameNoReplace(oldpath, newpath)
+		return os.Link(oldpath, newpath)
 	}
 	t.Cleanup(h.b.Abort)
 	ctx := context.Background()
@@ -67,8 +68,8 @@ func newHookedBatch(t *testing.T, n int, syncfs func(call, fd int) error, rename
 		h.ids = append(h.ids, info.ID)
 	}
 	slices.SortFunc(h.ids, func(a, b cas.ID) int { return bytes.Compare(a[:], b[:]) })
-	if syncCalls != 0 || renameCalls != 0 {
-		t.Fatalf("Put called syncfs %d times and rename %d times; only Commit may", syncCalls, renameCalls)
+	if syncCalls != 0 || linkCalls != 0 {
+		t.Fatalf("Put called syncfs %d times and link %d times; only Commit may", syncCalls, linkCalls)
 	}
 	return h
 }
@@ -87,6 +88,7 @@ func (h *hookedBatch) published(t *testing.T) []bool {
 	return out
 }
 
+// temps lists the temp files, redo records awaiting retirement included.
 func (h *hookedBatch) temps(t *testing.T) []os.DirEntry {
 	t.Helper()
 	ents, err := os.ReadDir(h.s.tmp)
@@ -96,12 +98,38 @@ func (h *hookedBatch) temps(t *testing.T) []os.DirEntry {
 	return ents
 }
 
-// checkClean asserts what every Commit leaves: no temp files, nothing in
-// flight, and each published object whole.
+// redoRecords returns the names of the redo records awaiting retirement.
+func redoRecords(s *Store) map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]bool{}
+	for _, ns := range s.retire {
+		for _, n := range ns {
+			out[filepath.Base(n)] = true
+		}
+	}
+	return out
+}
+
+// checkClean asserts what every Commit leaves: no temp files but the redo
+// records of published objects (each a second link of its object), nothing
+// in flight, and each published object whole.
 func (h *hookedBatch) checkClean(t *testing.T) {
 	t.Helper()
-	if left := h.temps(t); len(left) != 0 {
-		t.Fatalf("%d temp files left after Commit", len(left))
+	redo := redoRecords(h.s)
+	for _, e := range h.temps(t) {
+		if !redo[e.Name()] {
+			t.Fatalf("temp file %s left after Commit", e.Name())
+		}
+		id, err := cas.ParseID(strings.TrimPrefix(e.Name(), pubPrefix)[:2*cas.IDSize])
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err1 := os.Lstat(filepath.Join(h.s.tmp, e.Name()))
+		b, err2 := os.Lstat(h.s.Path(id))
+		if err1 != nil || err2 != nil || !os.SameFile(a, b) {
+			t.Fatalf("redo record %s is not a link of its object (%v, %v)", e.Name(), err1, err2)
+		}
 	}
 	h.s.mu.Lock()
 	n := len(h.s.inflight)
@@ -129,57 +157,49 @@ func count(bs []bool) int {
 }
 
 // The crash-safety argument of Commit: every temp file is complete,
-// read-only and flushed, and its fan-out directory exists, before any name
-// is published; every rename is flushed before Commit returns.
+// read-only, named after its object and flushed, and its fan-out directory
+// exists, before any name is published; the one syncfs comes before the
+// first link, and each published object keeps its flushed temp name (its
+// redo record) until a later flush. The next batch's syncfs retires them.
 func TestBatchPublishesOnlyAfterSyncfs(t *testing.T) {
 	const n = 9
 	var h *hookedBatch
 	syncs := 0
 	h = newHookedBatch(t, n, func(call, fd int) error {
 		syncs = call
-		switch call {
-		case 1:
-			if got := count(h.published(t)); got != 0 {
-				t.Errorf("%d objects published before the first syncfs", got)
+		if got := count(h.published(t)); got != 0 {
+			t.Errorf("%d objects published before the syncfs", got)
+		}
+		temps := h.temps(t)
+		if len(temps) != n {
+			t.Errorf("%d temp files at the syncfs, want %d", len(temps), n)
+		}
+		for _, e := range temps {
+			fi, err := e.Info()
+			if err != nil || fi.Mode() != 0o444 {
+				t.Errorf("temp file %s at the syncfs: mode %v (%v), want 0444", e.Name(), fi.Mode(), err)
 			}
-			temps := h.temps(t)
-			if len(temps) != n {
-				t.Errorf("%d temp files at the first syncfs, want %d", len(temps), n)
+			if !strings.HasPrefix(e.Name(), pubPrefix) {
+				t.Errorf("temp file %s at the syncfs does not name its object", e.Name())
 			}
-			for _, e := range temps {
-				fi, err := e.Info()
-				if err != nil || fi.Mode() != 0o444 {
-					t.Errorf("temp file %s at the first syncfs: mode %v (%v), want 0444", e.Name(), fi.Mode(), err)
-				}
-			}
-			for _, id := range h.ids {
-				if _, err := os.Stat(h.s.fanoutDir(id)); err != nil {
-					t.Errorf("fan-out directory not created before the first syncfs: %v", err)
-				}
-			}
-		case 2:
-			if got := count(h.published(t)); got != n {
-				t.Errorf("%d of %d objects published at the second syncfs", got, n)
-			}
-			h.s.mu.Lock()
-			inflight := len(h.s.inflight)
-			h.s.mu.Unlock()
-			if inflight != n {
-				t.Errorf("%d ids in flight during the second syncfs, want %d", inflight, n)
+		}
+		for _, id := range h.ids {
+			if _, err := os.Stat(h.s.fanoutDir(id)); err != nil {
+				t.Errorf("fan-out directory not created before the syncfs: %v", err)
 			}
 		}
 		return nil
 	}, func(call int, _, _ string) error {
 		if syncs != 1 {
-			t.Errorf("rename %d ran after %d syncfs calls, want after exactly 1", call, syncs)
+			t.Errorf("link %d ran after %d syncfs calls, want after exactly 1", call, syncs)
 		}
 		return nil
 	})
 	if err := h.b.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if syncs != 2 {
-		t.Fatalf("Commit called syncfs %d times, want 2", syncs)
+	if syncs != 1 {
+		t.Fatalf("Commit called syncfs %d times, want 1", syncs)
 	}
 	if got := count(h.published(t)); got != n {
 		t.Fatalf("%d of %d objects published", got, n)
@@ -190,6 +210,28 @@ func TestBatchPublishesOnlyAfterSyncfs(t *testing.T) {
 		}
 	}
 	h.checkClean(t)
+	if got := len(redoRecords(h.s)); got != n {
+		t.Fatalf("%d redo records after Commit, want %d", got, n)
+	}
+
+	// The next batch's flush covers the links: it retires the records.
+	b2 := h.s.NewBatch()
+	if _, _, err := b2.Put(context.Background(), strings.NewReader("another object")); err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	redo := redoRecords(h.s)
+	if len(redo) != 1 {
+		t.Fatalf("%d redo records after the next Commit, want its own 1", len(redo))
+	}
+	if ents := h.temps(t); len(ents) != 1 || !redo[ents[0].Name()] {
+		t.Fatalf("temp files after the next Commit: %v", ents)
+	}
+	if got := count(h.published(t)); got != n {
+		t.Fatalf("%d of %d objects published after retirement", got, n)
+	}
 }
 
 // failAt returns a hook whose nth call fails with EIO.
@@ -218,25 +260,20 @@ func TestBatchCommitFailures(t *testing.T) {
 			want:   unix.EIO, wantPublished: 0, wantSyncs: 1,
 		},
 		{
-			// A failure part-way publishes a prefix, still flushed.
-			name:   "RenameFails",
+			// A failure part-way publishes a prefix, covered by redo records.
+			name:   "LinkFails",
 			rename: func(call int, _ func()) error { return failAt(3)(call, 0) },
-			want:   unix.EIO, wantPublished: 2, wantSyncs: 2,
+			want:   unix.EIO, wantPublished: 2, wantSyncs: 1,
 		},
 		{
 			name: "CancelledDuringPublication",
 			rename: func(call int, cancel func()) error {
 				if call == 2 {
-					cancel() // seen before the third rename
+					cancel() // seen before the third link
 				}
 				return nil
 			},
-			want: context.Canceled, wantPublished: 2, wantSyncs: 2,
-		},
-		{
-			name:   "SecondSyncfsFails",
-			syncfs: failAt(2),
-			want:   unix.EIO, wantPublished: n, wantSyncs: 2,
+			want: context.Canceled, wantPublished: 2, wantSyncs: 1,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -445,7 +482,7 @@ func TestSmallBatchFailures(t *testing.T) {
 }
 
 // A batch that grows past the limit closes its files and flushes with
-// syncfs, twice, and no file by file.
+// syncfs, once, and no file by file.
 func TestSmallBatchGrowsIntoSyncfs(t *testing.T) {
 	hk := &smallHooks{}
 	h := newSmallBatch(t, smallLimit+1, hk)
@@ -455,8 +492,8 @@ func TestSmallBatchGrowsIntoSyncfs(t *testing.T) {
 	if err := h.b.Commit(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if hk.syncfs != 2 || hk.fsyncs != 0 {
-		t.Fatalf("syncfs %d, fsyncs %d; want 2 and 0", hk.syncfs, hk.fsyncs)
+	if hk.syncfs != 1 || hk.fsyncs != 0 {
+		t.Fatalf("syncfs %d, fsyncs %d; want 1 and 0", hk.syncfs, hk.fsyncs)
 	}
 	if got := count(h.published(t)); got != smallLimit+1 {
 		t.Fatalf("%d objects published", got)
@@ -487,5 +524,74 @@ func TestSmallBatchAbort(t *testing.T) {
 	}
 	if hk.fsyncs != 0 || hk.renames != 0 {
 		t.Fatal("Abort flushed or renamed")
+	}
+}
+
+// A crash may lose a batch's unflushed links: Open redoes them from the
+// redo records, drops records of objects present, and removes records whose
+// content does not hash to the id they name (a batch that never flushed).
+// A store opened with cleanup disabled (the FUSE server) touches nothing.
+func TestOpenRedoesLostLinks(t *testing.T) {
+	h := newHookedBatch(t, 6, nil, nil)
+	if err := h.b.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The crash: the links of the first half are lost, the rest made it.
+	lost := h.ids[:3]
+	for _, id := range lost {
+		if err := os.Remove(h.s.Path(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A record of a batch that crashed before its flush: torn content.
+	torn := cas.Sum([]byte("the whole object"))
+	bogus := filepath.Join(h.s.tmp, pubPrefix+torn.String()+"-batch-0-1")
+	if err := os.WriteFile(bogus, []byte("the wh"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+
+	reader, err := Open(h.s.dir, &Options{StaleTempAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(h.temps(t)); got != 7 {
+		t.Fatalf("an Open without cleanup changed tmp/: %d files, want 7", got)
+	}
+	for _, id := range lost {
+		if ok, _ := reader.Has(context.Background(), id); ok {
+			t.Fatalf("an Open without cleanup redid %s", id.Short())
+		}
+	}
+
+	s, err := Open(h.s.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range h.ids {
+		if _, err := cas.ReadAll(context.Background(), s, id); err != nil {
+			t.Fatalf("object %s after the redo: %v", id.Short(), err)
+		}
+	}
+	if ok, _ := s.Has(context.Background(), torn); ok {
+		t.Fatal("a torn redo record was published")
+	}
+	if left := h.temps(t); len(left) != 0 {
+		t.Fatalf("%d temp files left after the redo", len(left))
+	}
+}
+
+// Delete also removes the object's redo record, which would hold its space
+// and bring it back after a crash.
+func TestDeleteRemovesRedoRecord(t *testing.T) {
+	h := newHookedBatch(t, 2, nil, nil)
+	if err := h.b.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.s.Delete(context.Background(), h.ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	ents := h.temps(t)
+	if len(ents) != 1 || !strings.Contains(ents[0].Name(), h.ids[1].String()) {
+		t.Fatalf("temp files after deleting one of two objects: %v", ents)
 	}
 }

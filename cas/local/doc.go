@@ -28,8 +28,9 @@
 //
 // "Put returned" means "durable", including when the object already existed:
 // an existing object from an earlier run was made durable by Open (which
-// fsyncs every fan-out directory), and one that another Put of this process
-// has renamed but not yet fsynced is fsynced again by the Put that found it.
+// fsyncs every fan-out directory), one that another Put of this process
+// has renamed but not yet fsynced is fsynced again by the Put that found it,
+// and one a batch linked is durable under its redo record (below).
 // Delete does not fsync: an object that reappears after a crash is garbage
 // the next collection removes again.
 //
@@ -38,12 +39,20 @@
 // cas.ErrCorrupt instead of io.EOF in that case. Names under objects/ that
 // are not object names are ignored (never listed, never deleted).
 //
-// Batches (NewBatch) pay the protocol once per batch: two syncfs(2) calls
-// instead of an fsync per file and directory; with Options.SmallBatch, a
-// batch of at most that many objects fsyncs its files and directories in
-// parallel instead, which other writers' dirty pages cannot slow down but
-// which costs a flush of the disk's cache per fsync (slower on an idle
-// file system; off by default).
+// Batches (NewBatch) pay the protocol once per batch, with one flush: a
+// syncfs(2) of the temp files (named after their objects), then hard links
+// into objects/ that are left unflushed. Why one flush is enough: every
+// object is durable under its tmp/pub-<id>-... name before any link is made,
+// that name stays until a later flush has made the link durable (the next
+// batch's syncfs retires it), and Open redoes, before anything reads the
+// store, the publication of every pub- file a crash left (linking in those
+// whose content hashes to the id they name, removing the rest). A seal of a
+// few files thus waits for two device flushes in all, this syncfs and the
+// journal's commit, where it waited for three (the renames had a syncfs of
+// their own). With Options.SmallBatch, a batch of at most that many objects
+// fsyncs its files and directories in parallel instead, which other
+// writers' dirty pages cannot slow down but which costs a flush of the
+// disk's cache per fsync (slower on an idle file system; off by default).
 //
 // Temp files: every failed or cancelled Put removes its own. Open removes
 // temp files older than Options.StaleTempAge (an hour by default), left by a

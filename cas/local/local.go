@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,11 @@ type Options struct {
 	// StaleTempAge is how old a temp file must be for Open to remove it as
 	// left by a dead Put. Zero means DefaultStaleTempAge; negative disables
 	// the cleanup.
+	//
+	// A process that opens a store another one writes to (esfd's FUSE
+	// server) passes a negative age: its Open then neither removes temp
+	// files nor redoes publications (see redoPublications), which only the
+	// writer may do, before it writes.
 	StaleTempAge time.Duration
 	// SmallBatch is the most new objects a batch flushes file by file
 	// (fsync of each file, then of each fan-out directory) instead of with
@@ -65,6 +71,47 @@ type Store struct {
 	// already present fsyncs the directory itself before claiming success.
 	mu       sync.Mutex
 	inflight map[cas.ID]int
+	// retire holds, per object, the tmp/pub- names a batch linked into
+	// place since the last syncfs: each is the object's redo record until
+	// a flush makes its link durable (see NewBatch).
+	retire map[cas.ID][]string
+}
+
+// pubPrefix starts the temp file names that name their object: a batch's
+// flushed ones are redo records (see NewBatch and redoPublications).
+const pubPrefix = "pub-"
+
+// takeRetired hands over the redo records a flush starting now retires.
+func (s *Store) takeRetired() map[cas.ID][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.retire
+	s.retire = nil
+	return r
+}
+
+// addRetired queues redo records for the next flush to retire.
+func (s *Store) addRetired(names map[cas.ID][]string) {
+	if len(names) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.retire == nil {
+		s.retire = map[cas.ID][]string{}
+	}
+	for id, ns := range names {
+		s.retire[id] = append(s.retire[id], ns...)
+	}
+}
+
+// removeRetired unlinks every redo record in names.
+func removeRetired(names map[cas.ID][]string) {
+	for _, ns := range names {
+		for _, n := range ns {
+			os.Remove(n)
+		}
+	}
 }
 
 var _ cas.Store = (*Store)(nil)
@@ -111,11 +158,80 @@ func Open(dir string, o *Options) (*Store, error) {
 		s.fanout[i].Store(true)
 	}
 	if age := o.staleTempAge(); age > 0 {
+		if err := s.redoPublications(); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", dir, err)
+		}
 		if err := s.removeStaleTemps(time.Now().Add(-age)); err != nil {
 			return nil, fmt.Errorf("open store %s: %w", dir, err)
 		}
 	}
 	return s, nil
+}
+
+// redoPublications finishes the publication of every object a batch
+// flushed under a tmp/pub-<id>-... name and linked into place without
+// flushing the link (see NewBatch): where objects/<id> exists (durable now:
+// Open fsynced the fan-out directories) the temp name goes; where it does
+// not, the link was lost by a crash, or the batch never flushed: the file is
+// linked in if its content hashes to id (then its directory fsynced), and
+// removed either way.
+func (s *Store) redoPublications() error {
+	ents, err := os.ReadDir(s.tmp)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name, ok := strings.CutPrefix(e.Name(), pubPrefix)
+		if !ok || len(name) < 2*cas.IDSize || !e.Type().IsRegular() {
+			continue
+		}
+		id, err := cas.ParseID(name[:2*cas.IDSize])
+		if err != nil {
+			continue
+		}
+		pub := filepath.Join(s.tmp, e.Name())
+		if _, err := os.Lstat(s.Path(id)); err == nil {
+			if err := os.Remove(pub); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			continue
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		whole, err := hashesTo(pub, id)
+		if err != nil {
+			return err
+		}
+		if whole {
+			if err := s.ensureFanout(id, syncDir); err != nil {
+				return err
+			}
+			if err := os.Link(pub, s.Path(id)); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+			if err := syncDir(s.fanoutDir(id)); err != nil {
+				return err
+			}
+		}
+		if err := os.Remove(pub); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// hashesTo reports whether the file at path holds the bytes of id.
+func hashesTo(path string, id cas.ID) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	h := cas.NewHasher()
+	if _, err := io.Copy(h, f); err != nil {
+		return false, err
+	}
+	return cas.IDFromHash(h) == id, nil
 }
 
 func (s *Store) removeStaleTemps(before time.Time) error {
@@ -195,6 +311,14 @@ func (s *Store) Delete(ctx context.Context, id cas.ID) error {
 	}
 	if err := os.Remove(s.Path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	// Its redo record would keep the space and could bring it back.
+	s.mu.Lock()
+	names := s.retire[id]
+	delete(s.retire, id)
+	s.mu.Unlock()
+	for _, n := range names {
+		os.Remove(n)
 	}
 	return nil
 }

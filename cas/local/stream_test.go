@@ -86,9 +86,12 @@ func tempNames(t *testing.T, s *Store) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	redo := redoRecords(s)
 	var names []string
 	for _, e := range ents {
-		names = append(names, e.Name())
+		if !redo[e.Name()] {
+			names = append(names, e.Name())
+		}
 	}
 	return names
 }
