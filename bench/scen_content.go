@@ -184,8 +184,8 @@ func benchImport(ctx context.Context, e *Env) error {
 	e.Add(Row{Name: fmt.Sprintf("re-import %s files: new objects", fmtCount(n)), Value: float64(newObjects), Unit: "objects",
 		N: reps, Targets: []Target{AtMost(0)}, Path: "api"})
 	e.Add(Row{Name: fmt.Sprintf("re-import %s files", fmtCount(n)), Value: ri.P50, Unit: "s", P90: ri.P90, N: ri.N, Samples: ri.Values,
-		Baseline: "lstat walk", BaselineValue: sw.P50, Path: "api",
-		Note: "warm page cache; re-import reads and hashes every file, the walk only lstat()s"})
+		Baseline: "lstat walk", BaselineValue: sw.P50, Targets: []Target{RatioAtMost(1.5)}, Path: "api",
+		Note: "warm page cache; the daemon's stat cache (dev, ino, size, mtime, ctime, as git's index) lets the re-import skip reading unchanged files: it lstat()s, lists xattrs and asks the store per file; the walk only lstat()s"})
 	return nil
 }
 

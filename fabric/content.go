@@ -271,6 +271,7 @@ func (f *Fabric) importInSession(ctx context.Context, src ImportSource) (ingest.
 		if !filepath.IsAbs(src.Path) {
 			return ingest.Result{}, fmt.Errorf("import %q: not an absolute path: %w", src.Path, errdefs.ErrInvalidArgument)
 		}
+		opts.StatCache = f.statCache
 		res, err := ingest.Path(ctx, f.store, src.Path, opts)
 		if err != nil {
 			return res, fmt.Errorf("import %s: %w", src.Path, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/fusefs"
 	"github.com/esf-dev/esf/gc"
+	"github.com/esf-dev/esf/ingest"
 	"github.com/esf-dev/esf/journal"
 	journalpebble "github.com/esf-dev/esf/journal/pebble"
 	"github.com/esf-dev/esf/wasi"
@@ -151,6 +152,9 @@ type Fabric struct {
 	log      *slog.Logger
 	stateDir string
 	tmpDir   string
+	// statCache lets an import of a directory skip the files an earlier
+	// import read and that did not change since (ingest.StatCache).
+	statCache *ingest.StatCache
 
 	lock *os.File // flock on <state>/lock, held until Close
 
@@ -255,6 +259,7 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		stateDir:     stateDir,
 		tmpDir:       filepath.Join(stateDir, "tmp"),
 		lock:         lock,
+		statCache:    ingest.NewStatCache(0),
 	}
 	fail := func(err error) (*Fabric, error) {
 		lock.Close()

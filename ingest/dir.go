@@ -185,6 +185,14 @@ type dirResult struct {
 	whiteout, opaque bool
 }
 
+// statCache is Options.StatCache, never for an upper directory.
+func (d *dirImport) statCache() *StatCache {
+	if d.overlay {
+		return nil
+	}
+	return d.opts.StatCache
+}
+
 func (d *dirImport) abs(rel string) string {
 	if rel == "" {
 		return d.root
@@ -515,11 +523,29 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 		e.Type = cas.TypeDir
 	case unix.S_IFREG:
 		e.Type = cas.TypeFile
+		cache := d.statCache()
+		if id, ok := cache.lookup(d.abs(j.rel), &st); ok {
+			// Unchanged since an earlier import read it: only ask the
+			// store, which also tells a collection the object is used.
+			has, err := d.st.Has(ctx, id)
+			if err != nil {
+				return r, fmt.Errorf("import %s: %w", p, err)
+			}
+			if has {
+				e.ID, e.Size = id, st.Size
+				r.bytes = e.Size
+				break
+			}
+		}
+		start := cache.now()
 		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, p, &st, buf.get())
 		if err != nil {
 			return r, err
 		}
 		r.bytes = e.Size
+		if len(e.Holes) == 0 && e.Size == st.Size {
+			cache.remember(d.abs(j.rel), &st, e.ID, start)
+		}
 	case unix.S_IFLNK:
 		e.Type = cas.TypeSymlink
 		if e.Target, err = readlinkAt(dirfd, name, st.Size); err != nil {

@@ -57,6 +57,10 @@ type Options struct {
 	// executor's mountpoints in an attempt's upper directory are not
 	// content.
 	Exclude []string
+	// StatCache, when set, lets Dir skip reading files that an earlier
+	// import with the same cache read and that did not change since (see
+	// StatCache). Upper ignores it.
+	StatCache *StatCache
 }
 
 // Validate reports options that cannot work.

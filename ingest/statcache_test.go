@@ -1,0 +1,154 @@
+package ingest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// importCounting imports dir with cache and returns the root and the file
+// bytes it read.
+func importCounting(t *testing.T, st Store, dir string, cache *StatCache) (Result, int64) {
+	t.Helper()
+	var read int64
+	res, err := Dir(context.Background(), st, dir, Options{StatCache: cache, Progress: func(n int64) { read = n }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, read
+}
+
+// laterCache is a cache whose imports happen an hour from now: every file
+// of a test tree is old enough to be remembered.
+func laterCache() *StatCache {
+	c := NewStatCache(0)
+	c.nowFunc = func() time.Time { return time.Now().Add(time.Hour) }
+	return c
+}
+
+func statCacheTree(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a"), []byte("alpha"), 0o644)
+	writeFile(t, filepath.Join(dir, "sub", "b"), []byte("bravo bravo"), 0o644)
+	writeFile(t, filepath.Join(dir, "sub", "big"), make([]byte, 3<<20), 0o600)
+	return dir
+}
+
+// An unchanged tree is re-imported without reading a byte, to the same root.
+func TestStatCacheSkipsUnchangedFiles(t *testing.T) {
+	st := newStore()
+	dir := statCacheTree(t)
+	cache := laterCache()
+	first, read := importCounting(t, st, dir, cache)
+	if read == 0 || cache.Len() != 3 {
+		t.Fatalf("first import read %d bytes and remembered %d files, want >0 and 3", read, cache.Len())
+	}
+	again, read := importCounting(t, st, dir, cache)
+	if again.Root != first.Root || read != 0 {
+		t.Fatalf("re-import: root %s (first %s), %d bytes read, want the same root and 0", again.Root.Short(), first.Root.Short(), read)
+	}
+}
+
+// A changed file is always read again, even at the same size with its
+// mtime put back (ctime moves regardless), and so is a file whose object
+// the store lost. The roots are those of an import without the cache.
+func TestStatCacheRereadsChangedFiles(t *testing.T) {
+	st := newStore()
+	dir := statCacheTree(t)
+	cache := laterCache()
+	importCounting(t, st, dir, cache)
+
+	p := filepath.Join(dir, "sub", "b")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cache's clock is an hour ahead, so nothing is racy to it: let the
+	// kernel's clock move past p's ctime first, or the rewrite could get
+	// the same ctime (that case is the racy one, tested below).
+	waitClockPast(t, dir, p)
+	writeFile(t, p, []byte("BRAVO bravo"), 0o644) // same size
+	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	got, read := importCounting(t, st, dir, cache)
+	want, err := Dir(context.Background(), newStore(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Root != want.Root || read != int64(len("BRAVO bravo")) {
+		t.Fatalf("after a same-size change with mtime restored: root %s (want %s), %d bytes read, want %d",
+			got.Root.Short(), want.Root.Short(), read, len("BRAVO bravo"))
+	}
+
+	// The store lost an object (a collection, a corrupt copy removed).
+	id := flatten(t, st, got.Root)["a"].ID
+	if err := st.Delete(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	again, read := importCounting(t, st, dir, cache)
+	if again.Root != want.Root || read != int64(len("alpha")) {
+		t.Fatalf("after the store lost a: root %s, %d bytes read, want %d", again.Root.Short(), read, len("alpha"))
+	}
+	if ok, err := st.Has(context.Background(), id); err != nil || !ok {
+		t.Fatalf("a not stored again: %v, %v", ok, err)
+	}
+}
+
+// Racy timestamps: files whose mtime or ctime is within RacyWindow of the
+// read are not remembered (a change in the same clock tick would not show),
+// so the next import reads them again.
+func TestStatCacheRacyFilesAreReadAgain(t *testing.T) {
+	st := newStore()
+	dir := statCacheTree(t) // written just now: all racy
+	cache := NewStatCache(0)
+	first, _ := importCounting(t, st, dir, cache)
+	if n := cache.Len(); n != 0 {
+		t.Fatalf("%d racy files remembered", n)
+	}
+	// Rewritten at once, same size, mtime put back: must not be missed.
+	p := filepath.Join(dir, "a")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, p, []byte("ALPHA"), 0o644)
+	os.Chtimes(p, fi.ModTime(), fi.ModTime())
+	again, read := importCounting(t, st, dir, cache)
+	if again.Root == first.Root || read == 0 {
+		t.Fatalf("racy re-import: root unchanged %v, %d bytes read", again.Root == first.Root, read)
+	}
+	if got := string(blobOf(t, st, flatten(t, st, again.Root)["a"].ID)); got != "ALPHA" {
+		t.Fatalf("racy re-import stored %q for a", got)
+	}
+}
+
+// waitClockPast waits until a file created in dir gets a ctime later than
+// p's: the filesystem's clock has moved on.
+func waitClockPast(t *testing.T, dir, p string) {
+	t.Helper()
+	ctime := func(name string) int64 {
+		var st unix.Stat_t
+		if err := unix.Lstat(name, &st); err != nil {
+			t.Fatal(err)
+		}
+		return timeNs(st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	old := ctime(p)
+	probe := filepath.Join(dir, ".clock")
+	defer os.Remove(probe)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		writeFile(t, probe, nil, 0o644)
+		if ctime(probe) > old {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatal("the filesystem's clock did not move in a minute")
+}
