@@ -510,6 +510,23 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 		GID:     st.Gid,
 		MtimeNs: timeNs(st.Mtim.Sec, st.Mtim.Nsec),
 	}
+	// A regular file unchanged since an earlier import (see StatCache):
+	// its content is only asked of the store, which also tells a
+	// collection the object is used, and re-read if the store lost it.
+	cache := d.statCache()
+	if typ == unix.S_IFREG {
+		if id, xs, ok := cache.lookup(d.abs(j.rel), &st); ok {
+			has, err := d.st.Has(ctx, id)
+			if err != nil {
+				return r, fmt.Errorf("import %s: %w", p, err)
+			}
+			if has {
+				e.Type, e.ID, e.Size, e.Xattrs = cas.TypeFile, id, st.Size, xs
+				r.bytes = e.Size
+				return r, nil
+			}
+		}
+	}
 	xs, err := readXattrs(d.xattrPath(&j), p)
 	if err != nil {
 		return r, fmt.Errorf("import: %w", err)
@@ -523,20 +540,6 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 		e.Type = cas.TypeDir
 	case unix.S_IFREG:
 		e.Type = cas.TypeFile
-		cache := d.statCache()
-		if id, ok := cache.lookup(d.abs(j.rel), &st); ok {
-			// Unchanged since an earlier import read it: only ask the
-			// store, which also tells a collection the object is used.
-			has, err := d.st.Has(ctx, id)
-			if err != nil {
-				return r, fmt.Errorf("import %s: %w", p, err)
-			}
-			if has {
-				e.ID, e.Size = id, st.Size
-				r.bytes = e.Size
-				break
-			}
-		}
 		start := cache.now()
 		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, p, &st, buf.get())
 		if err != nil {
@@ -544,7 +547,7 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 		}
 		r.bytes = e.Size
 		if len(e.Holes) == 0 && e.Size == st.Size {
-			cache.remember(d.abs(j.rel), &st, e.ID, start)
+			cache.remember(d.abs(j.rel), &st, e.ID, e.Xattrs, start)
 		}
 	case unix.S_IFLNK:
 		e.Type = cas.TypeSymlink

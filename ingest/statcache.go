@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"sync"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // it still has the object (which also tells a collection running meanwhile
 // that the import uses it) and reads nothing. Any difference, a missing
 // object or a sparse file (whose holes are not cached) reads the file as
-// usual.
+// usual. The file's xattrs are remembered with it (setting one moves the
+// ctime), so a hit lists none either.
 //
 // Racy timestamps: a file written in the same clock tick as it was read
 // could change again without its mtime or ctime moving. So, as git does
@@ -48,10 +50,16 @@ const RacyWindow = time.Second
 const DefaultStatCacheEntries = 1 << 20
 
 type statEntry struct {
+	statKey
+	id     cas.ID
+	xattrs []cas.Xattr
+}
+
+// statKey is what must match for a remembered file to count as unchanged.
+type statKey struct {
 	dev, ino     uint64
 	size         int64
 	mtime, ctime int64
-	id           cas.ID
 }
 
 // NewStatCache returns an empty cache of at most max paths (0: the
@@ -70,23 +78,37 @@ func (c *StatCache) Len() int {
 	return len(c.m)
 }
 
-func entryOf(st *unix.Stat_t, id cas.ID) statEntry {
-	return statEntry{dev: st.Dev, ino: st.Ino, size: st.Size,
-		mtime: timeNs(st.Mtim.Sec, st.Mtim.Nsec), ctime: timeNs(st.Ctim.Sec, st.Ctim.Nsec), id: id}
+func keyOf(st *unix.Stat_t) statKey {
+	return statKey{dev: st.Dev, ino: st.Ino, size: st.Size,
+		mtime: timeNs(st.Mtim.Sec, st.Mtim.Nsec), ctime: timeNs(st.Ctim.Sec, st.Ctim.Nsec)}
 }
 
-// lookup returns the id remembered for path if st matches it.
-func (c *StatCache) lookup(path string, st *unix.Stat_t) (cas.ID, bool) {
+// lookup returns the id and the xattrs remembered for path if st matches
+// it. Any change of a file's xattrs moves its ctime too, so they need not
+// be listed again (the slice is the caller's).
+func (c *StatCache) lookup(path string, st *unix.Stat_t) (cas.ID, []cas.Xattr, bool) {
 	if c == nil {
-		return cas.ZeroID, false
+		return cas.ZeroID, nil, false
 	}
 	c.mu.Lock()
 	e, ok := c.m[path]
 	c.mu.Unlock()
-	if !ok || e != entryOf(st, e.id) {
-		return cas.ZeroID, false
+	if !ok || e.statKey != keyOf(st) {
+		return cas.ZeroID, nil, false
 	}
-	return e.id, true
+	return e.id, cloneXattrs(e.xattrs), true
+}
+
+func cloneXattrs(xs []cas.Xattr) []cas.Xattr {
+	if xs == nil {
+		return nil
+	}
+	out := make([]cas.Xattr, len(xs))
+	for i, x := range xs {
+		x.Value = bytes.Clone(x.Value)
+		out[i] = x
+	}
+	return out
 }
 
 // now is the moment a read starts, for remember.
@@ -98,12 +120,13 @@ func (c *StatCache) now() time.Time {
 }
 
 // remember records that path, whose lstat before the read (which started
-// at readStart) was st, holds id; unless the file is racy (see StatCache).
-func (c *StatCache) remember(path string, st *unix.Stat_t, id cas.ID, readStart time.Time) {
+// at readStart) was st, holds id and has xattrs; unless the file is racy
+// (see StatCache).
+func (c *StatCache) remember(path string, st *unix.Stat_t, id cas.ID, xattrs []cas.Xattr, readStart time.Time) {
 	if c == nil {
 		return
 	}
-	e := entryOf(st, id)
+	e := statEntry{statKey: keyOf(st), id: id, xattrs: cloneXattrs(xattrs)}
 	limit := readStart.Add(-c.racy).UnixNano()
 	if e.mtime >= limit || e.ctime >= limit {
 		c.forget(path)

@@ -152,3 +152,38 @@ func waitClockPast(t *testing.T, dir, p string) {
 	}
 	t.Fatal("the filesystem's clock did not move in a minute")
 }
+
+// The cache remembers a file's xattrs with it; setting one moves the ctime,
+// so the next import sees it.
+func TestStatCacheSeesXattrChanges(t *testing.T) {
+	st := newStore()
+	dir := statCacheTree(t)
+	if !xattrsSupported(t, dir) {
+		t.Skip("no user xattrs here")
+	}
+	p := filepath.Join(dir, "a")
+	if err := unix.Lsetxattr(p, "user.one", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	cache := laterCache()
+	first, _ := importCounting(t, st, dir, cache)
+	if got := flatten(t, st, first.Root)["a"].Xattrs; len(got) != 1 {
+		t.Fatalf("first import: xattrs %v", got)
+	}
+	again, read := importCounting(t, st, dir, cache)
+	if again.Root != first.Root || read != 0 {
+		t.Fatalf("unchanged re-import: same root %v, %d bytes read", again.Root == first.Root, read)
+	}
+	waitClockPast(t, dir, p)
+	if err := unix.Lsetxattr(p, "user.two", []byte("2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := importCounting(t, st, dir, cache)
+	want, err := Dir(context.Background(), newStore(), dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Root != want.Root {
+		t.Fatalf("after setting an xattr: root %s, want %s", got.Root.Short(), want.Root.Short())
+	}
+}
