@@ -18,7 +18,8 @@ set -euo pipefail
 #   python3         the Python client's suite (e2e TestPython_Client)
 #   mypy            make lint: mypy --strict clients/python
 #   btrfs-progs     delta/: the disk pool that limits attempts' deltas (mkfs.btrfs, btrfs quota)
-packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils python3 mypy btrfs-progs)
+#   chromium        e2e TestUI_Browser: the web view (esfctl ui) driven headless
+packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils python3 mypy btrfs-progs chromium)
 
 missing=()
 for p in "${packages[@]}"; do

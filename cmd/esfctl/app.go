@@ -183,6 +183,7 @@ func (a *app) root() *cli.Command {
 			a.diffCommand(),
 			a.verifyProvenanceCommand(),
 			a.execCommand(),
+			a.uiCommand(),
 		},
 		Reader:          a.stdin,
 		Writer:          a.stdout,
