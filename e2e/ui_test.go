@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/esf-dev/esf/internal/testenv"
 )
@@ -239,6 +241,9 @@ func TestUI_Browser(t *testing.T) {
 	suspend(t, d, b.AttemptID)
 	d.mustCtl(nil, "evaluate", grand[0], "--evaluator", "pytest@8", "--reward", "1", "--verdict", "pass", "--terminal", "--backprop")
 
+	// A live attempt on the draft, for the groups view's count.
+	activate(t, d, kids[1])
+
 	u := uiServer(t, d)
 	base := strings.SplitN(u, "/?", 2)[0]
 
@@ -280,6 +285,9 @@ func TestUI_Browser(t *testing.T) {
 	// Groups.
 	do(t, ctx, "open "+base, chromedp.Navigate(u))
 	waitPage(t, ctx, "the groups table", fmt.Sprintf(`document.querySelector('#groups tr[data-group=%q] .nodes')?.textContent === '5'`, g.Group.GroupID))
+	if n := eval[string](t, ctx, fmt.Sprintf(`document.querySelector('#groups tr[data-group=%q] .live-attempts').textContent`, g.Group.GroupID)); n != "1" {
+		t.Errorf("groups view: %s live attempts, want 1", n)
+	}
 	if loc := eval[string](t, ctx, `location.href`); strings.Contains(loc, "token") {
 		t.Errorf("the token stays in the address bar: %s", loc)
 	}
@@ -314,6 +322,23 @@ func TestUI_Browser(t *testing.T) {
 		t.Errorf("evaluations show %q", ev)
 	}
 	shot(t, ctx, shots, "node.png")
+
+	// Keyboard: down to the child, up to the parent, to a sibling and back.
+	sib := eval[[]string](t, ctx, fmt.Sprintf(`esfUI.siblings(%q)`, kids[0]))
+	i := slices.Index(sib, kids[0])
+	next, back := "ArrowRight", "ArrowLeft"
+	if i == len(sib)-1 {
+		next, back, i = "ArrowLeft", "ArrowRight", i-2
+	}
+	for _, k := range []struct {
+		key  string
+		want string
+	}{{"ArrowDown", grand[0]}, {"ArrowUp", kids[0]}, {next, sib[i+1]}, {back, kids[0]}} {
+		eval[bool](t, ctx, `(document.querySelector('#tree').focus(), true)`)
+		do(t, ctx, "key "+k.key, chromedp.KeyEvent(map[string]string{"ArrowDown": kb.ArrowDown, "ArrowUp": kb.ArrowUp,
+			"ArrowRight": kb.ArrowRight, "ArrowLeft": kb.ArrowLeft}[k.key]))
+		waitPage(t, ctx, k.key+" to "+k.want, fmt.Sprintf(`esfUI.state().selected === %q && document.querySelector('#node-id')?.textContent === %q`, k.want, k.want))
+	}
 
 	// A fork through esfctl appears without a reload.
 	waitPage(t, ctx, "the event stream", `esfUI.live()`)

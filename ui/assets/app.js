@@ -411,7 +411,18 @@
     const rect = canvas.getBoundingClientRect();
     zoomAt(Math.exp(-e.deltaY * 0.0015), e.clientX - rect.left, e.clientY - rect.top);
   }, { passive: false });
-  new ResizeObserver(() => draw()).observe(canvas);
+  // A resize (the panel opening, the window) keeps what was at the centre
+  // at the centre.
+  let lastSize = null;
+  new ResizeObserver(() => {
+    const r = canvas.getBoundingClientRect();
+    if (lastSize && S.model) {
+      S.view.tx += (r.width - lastSize.w) / 2;
+      S.view.ty += (r.height - lastSize.h) / 2;
+    }
+    lastSize = { w: r.width, h: r.height };
+    draw();
+  }).observe(canvas);
 
   function toggleCollapse(id) {
     const m = S.model && S.model.byId.get(id);
@@ -750,6 +761,7 @@
     state: () => ({ route: S.route, selected: S.selected, diffA: S.diffA, diffB: S.diffB, generation: S.tree ? S.tree.group.generation : 0,
       canonical: S.tree ? S.tree.group.canonical_node_id : '', scale: S.view.scale }),
     select: (id) => select(id, { center: true }),
+    siblings: (id) => { const m = S.model && S.model.byId.get(id); return m ? (m.parent ? m.parent.kids : S.model.roots).map((k) => k.n.node_id) : []; },
     center,
     fit: () => { fit(); drawNow(); },
     drawNow: () => drawNow(),
