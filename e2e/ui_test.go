@@ -221,9 +221,9 @@ type treeJSON struct {
 
 func TestUI_Browser(t *testing.T) {
 	requireFUSE(t) // the seeded group has a sealed child with its own files
-	ctx := browser(t)
-	shots := artifacts(t)
 	d := startDaemon(t)
+	ctx := browser(t) // stopped before the daemon: cleanups run last first
+	shots := artifacts(t)
 
 	// Seed: root (canonical) -> a sealed child with a changed and a new
 	// file, evaluated; a draft; a pruned draft; a terminal grandchild.
@@ -242,7 +242,8 @@ func TestUI_Browser(t *testing.T) {
 	d.mustCtl(nil, "evaluate", grand[0], "--evaluator", "pytest@8", "--reward", "1", "--verdict", "pass", "--terminal", "--backprop")
 
 	// A live attempt on the draft, for the groups view's count.
-	activate(t, d, kids[1])
+	la := activate(t, d, kids[1])
+	t.Cleanup(func() { d.ctl(nil, "release", la.AttemptID) })
 
 	u := uiServer(t, d)
 	base := strings.SplitN(u, "/?", 2)[0]

@@ -234,13 +234,25 @@ type GroupsResponse struct {
 	Error string `json:"error,omitempty"`
 }
 
+// readyWait bounds how long a request waits for the hub's first read of
+// the event log.
+const readyWait = 30 * time.Second
+
 func (s *Server) waitReady(ctx context.Context) error {
+	t := time.NewTimer(readyWait)
+	defer t.Stop()
 	select {
 	case <-s.hub.ready:
 		return nil
 	case <-ctx.Done():
-		return &errdefs.Error{Code: errdefs.CodeUnavailable, Message: "the event log is still being read"}
+	case <-t.C:
 	}
+	_, _, _, lastErr := s.hub.groupsSnapshot()
+	msg := "the event log is still being read"
+	if lastErr != "" {
+		msg += "; last error: " + lastErr
+	}
+	return &errdefs.Error{Code: errdefs.CodeUnavailable, Message: msg}
 }
 
 func (s *Server) groups(w http.ResponseWriter, r *http.Request) {

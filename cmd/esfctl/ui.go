@@ -24,6 +24,10 @@ func (a *app) uiCommand() *cli.Command {
 			if err := exactArgs(cmd, 0); err != nil {
 				return err
 			}
+			// Fail now, not in the browser, when esfd cannot be reached.
+			if _, err := a.client.Status(ctx); err != nil {
+				return err
+			}
 			srv, err := ui.New(a.client, ui.Options{})
 			if err != nil {
 				return err

@@ -723,6 +723,22 @@
     timers[key] = setTimeout(() => { timers[key] = 0; fn(); }, ms);
   }
 
+  // Tree reloads follow events no faster than the last reload took (at
+  // least 250 ms apart), one at a time: a search that forks and evaluates
+  // all the time must not keep a 10,000-node page refetching.
+  let treeLoading = false, treeDirty = false;
+  function reloadTree(now) {
+    if (treeLoading) { treeDirty = true; return; }
+    const wait = now ? 0 : Math.max(250, S.lastRender ? S.lastRender.total_ms : 0);
+    later('tree', async () => {
+      treeLoading = true;
+      try { await loadTree(); } finally {
+        treeLoading = false;
+        if (treeDirty) { treeDirty = false; reloadTree(); }
+      }
+    }, wait);
+  }
+
   function connect() {
     const es = new EventSource('/api/events');
     const live = $('#live');
@@ -732,7 +748,7 @@
       // Whatever happened while disconnected: reload what is shown.
       if (S.route.view === 'groups') later('groups', loadGroups, 0);
       else if (S.model) {
-        later('tree', loadTree, 0);
+        reloadTree(true);
         if (S.selected) later('node', () => S.selected && loadNode(S.selected), 0);
       }
     });
@@ -741,7 +757,7 @@
       try { ev = JSON.parse(m.data); } catch (e) { return; }
       if (S.route.view === 'groups') { later('groups', loadGroups, 250); return; }
       if (ev.group_id && ev.group_id === S.route.group) {
-        later('tree', loadTree, 250);
+        reloadTree();
         if (S.selected && $('#pane-node').offsetParent !== null) later('node', () => S.selected && loadNode(S.selected), 300);
       }
     };
