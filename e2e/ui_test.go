@@ -388,6 +388,25 @@ func TestUI_Browser(t *testing.T) {
 	checkDrawn(t, eval[[]drawnNode](t, ctx, `esfUI.drawn()`), tv)
 	shot(t, ctx, shots, "promoted.png")
 
+	// Fork and prune from the view, each through its confirmation.
+	eval[bool](t, ctx, fmt.Sprintf(`(esfUI.select(%q), true)`, root))
+	waitPage(t, ctx, "the root's panel", fmt.Sprintf(`document.querySelector('#node-id')?.textContent === %q`, root))
+	eval[bool](t, ctx, `(document.querySelector('#fork-n').value = '2', true)`)
+	clickSel(t, ctx, "#act-fork")
+	waitPage(t, ctx, "the fork confirmation", `document.querySelector('#confirm').open && document.querySelector('#confirm-cmd').textContent.endsWith(' -n 2')`)
+	clickSel(t, ctx, "#confirm-ok")
+	waitPage(t, ctx, "the view's fork", `esfUI.drawn().length === 9`)
+	eval[bool](t, ctx, fmt.Sprintf(`(esfUI.select(%q), true)`, live[0]))
+	waitPage(t, ctx, "the draft's panel", fmt.Sprintf(`document.querySelector('#node-id')?.textContent === %q`, live[0]))
+	clickSel(t, ctx, "#act-prune")
+	waitPage(t, ctx, "the prune confirmation", `document.querySelector('#confirm').open`)
+	clickSel(t, ctx, "#confirm-ok")
+	waitPage(t, ctx, "the pruned draft", fmt.Sprintf(`esfUI.drawn().some(n => n.id === %q && n.status === 'pruned' && n.dimmed)`, live[0]))
+	decode(t, d.mustCtl(nil, "-o", "json", "tree", g.Group.GroupID), &tv)
+	clickSel(t, ctx, "#fit")
+	waitPage(t, ctx, "the fitted view", `esfUI.drawn().every(n => n.visible)`)
+	checkDrawn(t, eval[[]drawnNode](t, ctx, `esfUI.drawn()`), tv)
+
 	// 10,000 nodes: measured and reported, not asserted.
 	big := createGroup(t, d, smallTree(t, d, map[string]string{"a": "a\n"}))
 	d.mustCtl(nil, "fork", big.Node.NodeID, "-n", "9999")
