@@ -358,6 +358,13 @@ func TestUI_Browser(t *testing.T) {
 	waitPage(t, ctx, "the file diff", `[...document.querySelectorAll('#file-diff .patch .add')].some(e => e.textContent === '+three')`)
 	shot(t, ctx, shots, "diff.png")
 
+	// Shift+click diffs the open node against the clicked one.
+	clickSel(t, ctx, "#fit")
+	waitPage(t, ctx, "the fitted view", `esfUI.drawn().every(n => n.visible)`)
+	clickNode(t, ctx, kids[1], chromedp.ButtonModifiers(chromedp.ModifierShift))
+	waitPage(t, ctx, "the diff of two nodes", fmt.Sprintf(`esfUI.state().diffA === %q && esfUI.state().diffB === %q &&
+		document.querySelector('#changes tr[data-path="result.txt"] td')?.textContent === 'deleted'`, kids[0], kids[1]))
+
 	// Files: the sealed child's tree, and a download of one file.
 	clickSel(t, ctx, "#tab-files")
 	waitPage(t, ctx, "the file list", `!!document.querySelector('#files tr[data-name="result.txt"]') && !!document.querySelector('#files tr[data-name="src"]')`)
@@ -460,7 +467,7 @@ func checkDrawn(t *testing.T, drawn []drawnNode, tv treeJSON) {
 }
 
 // clickNode clicks the canvas where it drew id, with real mouse events.
-func clickNode(t *testing.T, ctx context.Context, id string) {
+func clickNode(t *testing.T, ctx context.Context, id string, opts ...chromedp.MouseOption) {
 	t.Helper()
 	var pos struct{ X, Y float64 }
 	raw := eval[string](t, ctx, fmt.Sprintf(`(() => { const r = document.querySelector('#tree').getBoundingClientRect();
@@ -468,5 +475,5 @@ func clickNode(t *testing.T, ctx context.Context, id string) {
 	if err := json.Unmarshal([]byte(raw), &pos); err != nil {
 		t.Fatal(err)
 	}
-	do(t, ctx, "click "+id, chromedp.MouseClickXY(pos.X, pos.Y))
+	do(t, ctx, "click "+id, chromedp.MouseClickXY(pos.X, pos.Y, opts...))
 }
