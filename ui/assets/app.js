@@ -176,27 +176,46 @@
 
   // layout places the nodes not hidden by a collapse: leaves on
   // consecutive slots in depth-first order, each parent above the middle of
-  // its children. Iterative: a chain of seals may be very deep.
+  // its children. A wide fan-out of leaves (a search's many drafts) wraps
+  // into rows under its parent, so a fitted view of 10,000 children still
+  // shows them. Iterative: a chain of seals may be very deep.
+  const WRAP = 32;
   function layout() {
     const M = S.model;
-    for (const m of M.byId.values()) m.shown = false;
+    const open = (m) => m.kids.length && !S.collapsed.has(m.n.node_id);
+    for (const m of M.byId.values()) { m.shown = false; m.grid = 0; m.row = 0; }
     const pre = [];
     const stack = [];
-    for (let i = M.roots.length - 1; i >= 0; i--) stack.push([M.roots[i], 0]);
+    for (let i = M.roots.length - 1; i >= 0; i--) stack.push([M.roots[i], 0, 0]);
     while (stack.length) {
-      const [m, d] = stack.pop();
-      m.depth = d; m.shown = true;
+      const [m, d, idx] = stack.pop();
+      m.depth = d; m.shown = true; m.idx = idx;
       pre.push(m);
-      if (!S.collapsed.has(m.n.node_id)) for (let i = m.kids.length - 1; i >= 0; i--) stack.push([m.kids[i], d + 1]);
+      if (!open(m)) continue;
+      if (m.kids.length > WRAP && m.kids.every((k) => !open(k))) m.grid = Math.ceil(Math.sqrt(m.kids.length * 3));
+      for (let i = m.kids.length - 1; i >= 0; i--) stack.push([m.kids[i], d + 1, i]);
     }
     let slot = 0;
     for (const m of pre) {
       m.y = m.depth * YGAP;
-      if (!m.kids.length || S.collapsed.has(m.n.node_id)) m.x = (slot++) * XGAP;
+      if (open(m)) continue;
+      const p = m.parent;
+      if (p && p.grid) {
+        if (m.idx === 0) p.gridStart = slot;
+        const col = m.idx % p.grid, row = Math.floor(m.idx / p.grid);
+        m.x = (p.gridStart + col) * XGAP;
+        m.y = (m.depth + row * 0.5) * YGAP;
+        m.row = row;
+        if (m.idx === p.kids.length - 1) slot = p.gridStart + p.grid;
+        continue;
+      }
+      m.row = 0;
+      m.x = (slot++) * XGAP;
     }
     for (let i = pre.length - 1; i >= 0; i--) {
       const m = pre[i];
-      if (m.kids.length && !S.collapsed.has(m.n.node_id)) m.x = (m.kids[0].x + m.kids[m.kids.length - 1].x) / 2;
+      if (!open(m)) continue;
+      m.x = m.grid ? (m.gridStart + (Math.min(m.grid, m.kids.length) - 1) / 2) * XGAP : (m.kids[0].x + m.kids[m.kids.length - 1].x) / 2;
     }
     M.shown = pre;
     M.width = Math.max(1, slot - 1) * XGAP;
@@ -277,7 +296,7 @@
     ctx.lineWidth = 1;
     ctx.beginPath();
     for (const m of M.shown) {
-      if (!m.parent) continue;
+      if (!m.parent || m.row > 0) continue; // a wrapped fan-out: edges to its first row only
       const [x1, y1] = toScreen(m.parent), [x2, y2] = toScreen(m);
       if (Math.max(x1, x2) < -20 || Math.min(x1, x2) > w + 20 || Math.max(y1, y2) < -20 || Math.min(y1, y2) > hh + 20) continue;
       ctx.moveTo(x1, y1 + r); ctx.lineTo(x2, y2 - r);
