@@ -122,6 +122,7 @@
       await loadGroups();
       return;
     }
+    if (!r.node) $('#panel').hidden = true; // before the fit: the canvas takes the room
     if (groupChanged) {
       S.tree = null; S.model = null; S.collapsed.clear(); S.view.fitted = false;
       S.diffA = S.diffB = null;
