@@ -1,4 +1,4 @@
-package envd
+package envdwire
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package envd
+package envdwire
 
 import (
 	"testing"
@@ -63,26 +63,5 @@ func TestDecodeTolerates(t *testing.T) {
 	}
 	if err := (Codec{}).Unmarshal(nil, &r); err != nil {
 		t.Errorf("empty body: %v", err)
-	}
-}
-
-func TestVersionAtLeast(t *testing.T) {
-	for _, tc := range []struct {
-		v, min string
-		want   bool
-	}{
-		{"0.6.13", "0.5.2", true},
-		{"0.5.2", "0.5.2", true},
-		{"0.5.1", "0.5.2", false},
-		{"0.10.0", "0.5.2", true},
-		{"1.0", "0.5.2", true},
-		{"v0.3.0-rc1", "0.3.0", true},
-		{"0.2.9", "0.3.0", false},
-		{"", "0.5.2", true},
-		{"garbage", "0.5.2", true},
-	} {
-		if got := VersionAtLeast(tc.v, tc.min); got != tc.want {
-			t.Errorf("VersionAtLeast(%q, %q) = %v", tc.v, tc.min, got)
-		}
 	}
 }
