@@ -179,6 +179,7 @@ func serveFlags() []cli.Flag {
 	}
 	flags = append(flags, journalFlags()...)
 	flags = append(flags, remoteFlags()...)
+	flags = append(flags, e2bFlags()...)
 	return append(flags,
 		&cli.DurationFlag{
 			Name:  "shutdown-grace",
@@ -412,6 +413,11 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 			return err
 		}
 	}
+	stopE2B, err := serveE2B(cmd, f, limits, log)
+	if err != nil {
+		return err
+	}
+	defer stopE2B()
 	srv := api.NewServer(f, sopts)
 	if err := srv.ServeAll(ctx, cmd.Duration("shutdown-grace"), lns...); err != nil {
 		return err

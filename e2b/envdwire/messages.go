@@ -8,12 +8,16 @@ const (
 	ProcSendInput  = "/process.Process/SendInput"
 	ProcCloseStdin = "/process.Process/CloseStdin"
 	ProcSendSignal = "/process.Process/SendSignal"
+	ProcConnect    = "/process.Process/Connect"
+	ProcList       = "/process.Process/List"
+	ProcUpdate     = "/process.Process/Update"
 
 	FsStat    = "/filesystem.Filesystem/Stat"
 	FsListDir = "/filesystem.Filesystem/ListDir"
 	FsMakeDir = "/filesystem.Filesystem/MakeDir"
 	FsRemove  = "/filesystem.Filesystem/Remove"
 	FsMove    = "/filesystem.Filesystem/Move"
+	FsWatch   = "/filesystem.Filesystem/WatchDir"
 )
 
 // Header names envd and the edge proxy read.
@@ -42,8 +46,44 @@ type ProcessConfig struct {
 // (envd's backward-compatible default), so false must be sent explicitly.
 type StartRequest struct {
 	Process *ProcessConfig `json:"process"`
+	Pty     *PTY           `json:"pty,omitempty"`
 	Tag     *string        `json:"tag,omitempty"`
 	Stdin   *bool          `json:"stdin,omitempty"`
+}
+
+// process.PTY: a terminal of that size.
+type PTY struct {
+	Size *PTYSize `json:"size,omitempty"`
+}
+
+// process.PTY.Size.
+type PTYSize struct {
+	Cols uint32 `json:"cols,omitempty"`
+	Rows uint32 `json:"rows,omitempty"`
+}
+
+// process.ConnectRequest: re-attach to a running process. The reply
+// stream is StartResponse's.
+type ConnectRequest struct {
+	Process *ProcessSelector `json:"process"`
+}
+
+// process.ListResponse (ListRequest has no fields).
+type ListResponse struct {
+	Processes []*ProcessInfo `json:"processes,omitempty"`
+}
+
+// process.ProcessInfo.
+type ProcessInfo struct {
+	Config *ProcessConfig `json:"config,omitempty"`
+	Pid    uint32         `json:"pid,omitempty"`
+	Tag    *string        `json:"tag,omitempty"`
+}
+
+// process.UpdateRequest: a new terminal size.
+type UpdateRequest struct {
+	Process *ProcessSelector `json:"process"`
+	Pty     *PTY             `json:"pty,omitempty"`
 }
 
 // process.StartResponse.

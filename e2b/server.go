@@ -1,0 +1,722 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/e2b/envdwire"
+	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/internal/randid"
+	"github.com/esf-dev/esf/internal/rootfs"
+	"github.com/esf-dev/esf/journal"
+)
+
+// EnvdVersion is the envd version the front door advertises. The SDKs
+// switch features on by it (0.5.7: octet-stream uploads; 0.5.2:
+// CloseStdin); older values would turn them off.
+const EnvdVersion = "0.6.4"
+
+// DefaultTimeout is a sandbox's life when create names none (the SDKs
+// always send one).
+const DefaultTimeout = 300 * time.Second
+
+// MaxTimeout bounds a sandbox's timeout, as E2B's service does (24 h).
+const MaxTimeout = 24 * time.Hour
+
+// Home is the working directory and $HOME of commands: E2B's
+// /home/user, made in every sandbox at creation.
+const Home = "/home/user"
+
+// Options configures a Server.
+type Options struct {
+	// Keys are the accepted X-API-KEY values; nil accepts none.
+	Keys *api.Tokens
+	// Logger receives one line per control-plane call and the failures.
+	Logger *slog.Logger
+	// Domain is returned as the sandboxes' domain (the SDK's getHost
+	// builds PORT-ID.DOMAIN from it); empty leaves it to the client.
+	Domain string
+	// CPUCount and MemoryMB are what get info reports of a sandbox: the
+	// daemon's default container limits.
+	CPUCount, MemoryMB int
+}
+
+// Server is esfd's E2B-compatible front door: E2B's control plane and the
+// envd protocol of every sandbox on one handler. A sandbox is a runc
+// attempt of the fabric; the front door keeps only what E2B has and esf
+// has not (the sandbox id, its access token, metadata, timeouts) in
+// memory, and calls fabric for everything else.
+type Server struct {
+	f    *fabric.Fabric
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+	envd *http.ServeMux
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	ctx       context.Context // ends at Close: every command's parent
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // commands running
+}
+
+// New returns the front door of f.
+func New(f *fabric.Fabric, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{f: f, opts: opts, log: opts.Logger, mux: http.NewServeMux(), envd: http.NewServeMux(),
+		sandboxes: map[string]*sandbox{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.routeControl()
+	s.routeEnvd()
+	return s
+}
+
+// Close kills every command the front door started and waits for them.
+// Sandboxes (attempts) stay for the fabric's own shutdown.
+func (s *Server) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// sandbox is one E2B sandbox: a live attempt, or a paused one's node.
+type sandbox struct {
+	id, templateID string
+	token          string // envd access token
+	metadata       map[string]string
+	env            map[string]string
+	startedAt      time.Time
+	cpus           int
+	memoryMB       int
+
+	// Guarded by Server.mu.
+	attempt   fabric.AttemptView // the live attempt (zero when paused)
+	endAt     time.Time
+	paused    string // the node a pause sealed
+	autoPause bool
+	procs     *procTable
+	snapshots []string
+}
+
+func (sb *sandbox) state() string {
+	if sb.paused != "" {
+		return "paused"
+	}
+	return "running"
+}
+
+// ServeHTTP routes envd calls (those naming a sandbox in E2b-Sandbox-Id,
+// and signed /files URLs) to the sandbox's envd and everything else to the
+// control plane.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get(envdwire.HeaderSandboxID) != "" || isEnvdPath(r.URL.Path) {
+		s.serveEnvd(w, r)
+		return
+	}
+	if !s.apiKeyOK(r) {
+		writeAPIError(w, http.StatusUnauthorized, "Invalid API key")
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func isEnvdPath(p string) bool {
+	return p == "/files" || p == "/health" || strings.HasPrefix(p, "/process.") || strings.HasPrefix(p, "/filesystem.")
+}
+
+func (s *Server) apiKeyOK(r *http.Request) bool {
+	if s.opts.Keys == nil {
+		return false
+	}
+	vals := r.Header.Values("X-Api-Key")
+	return len(vals) == 1 && s.opts.Keys.Valid(vals[0])
+}
+
+// apiError is the control plane's error body.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeAPIError(w http.ResponseWriter, status int, format string, args ...any) {
+	writeJSON(w, status, apiError{Code: status, Message: fmt.Sprintf(format, args...)})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// errStatus maps a fabric error to the control plane's status.
+func errStatus(err error) int {
+	switch errdefs.CodeOf(err) {
+	case errdefs.CodeNotFound:
+		return http.StatusNotFound
+	case errdefs.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case errdefs.CodeQuotaExceeded:
+		return http.StatusTooManyRequests
+	case errdefs.CodeConflict, errdefs.CodeFailedPrecondition, errdefs.CodeStaleGeneration:
+		return http.StatusConflict
+	case errdefs.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case errdefs.CodeUnsupported:
+		return http.StatusNotImplemented
+	}
+	return http.StatusInternalServerError
+}
+
+// handle registers a control-plane handler that answers with a status and
+// a body (nil: none) or an error, logged once.
+func (s *Server) handle(pattern string, h func(w http.ResponseWriter, r *http.Request) (int, any, error)) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		status, body, err := h(w, r)
+		if err != nil {
+			var he *httpError
+			if errors.As(err, &he) {
+				status = he.status
+			} else {
+				status = errStatus(err)
+			}
+			writeAPIError(w, status, "%s", err.Error())
+			s.log.Info("e2b request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err,
+				"ms", time.Since(start).Milliseconds())
+			return
+		}
+		if body == nil {
+			w.WriteHeader(status)
+		} else {
+			writeJSON(w, status, body)
+		}
+		s.log.Info("e2b request", "method", r.Method, "path", r.URL.Path, "status", status, "ms", time.Since(start).Milliseconds())
+	})
+}
+
+// httpError is an error with the status it answers.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func httpErr(status int, format string, args ...any) error {
+	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+func notFound(id string) error {
+	return httpErr(http.StatusNotFound, "Sandbox %q doesn't exist or you don't have access to it", id)
+}
+
+func (s *Server) routeControl() {
+	s.handle("POST /sandboxes", s.create)
+	s.handle("POST /v2/sandboxes", s.create)
+	s.handle("GET /sandboxes", s.list)
+	s.handle("GET /v2/sandboxes", s.list)
+	s.handle("GET /sandboxes/{id}", s.info)
+	s.handle("DELETE /sandboxes/{id}", s.kill)
+	s.handle("POST /sandboxes/{id}/timeout", s.setTimeout)
+	s.handle("POST /sandboxes/{id}/refreshes", s.refresh)
+	s.handle("POST /sandboxes/{id}/connect", s.connect)
+	s.handle("POST /v2/sandboxes/{id}/connect", s.connect)
+	s.handle("/", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+		return 0, nil, httpErr(http.StatusNotFound, "no endpoint %s %s", r.Method, r.URL.Path)
+	})
+}
+
+// decodeBody reads a JSON body of at most 1 MiB; an empty body is {}.
+func decodeBody(r *http.Request, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20+1))
+	if err != nil {
+		return httpErr(http.StatusBadRequest, "Error when parsing request: %v", err)
+	}
+	if len(b) > 1<<20 {
+		return httpErr(http.StatusBadRequest, "Error when parsing request: body over 1 MiB")
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return httpErr(http.StatusBadRequest, "Error when parsing request: %v", err)
+	}
+	return nil
+}
+
+// newSandboxRequest is E2B's NewSandbox.
+type newSandboxRequest struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	AutoPause           bool              `json:"autoPause"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Network             json.RawMessage   `json:"network"`
+	VolumeMounts        json.RawMessage   `json:"volumeMounts"`
+	AutoResume          *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+}
+
+// sandboxReply is E2B's Sandbox (create and connect).
+type sandboxReply struct {
+	SandboxID       string  `json:"sandboxID"`
+	TemplateID      string  `json:"templateID"`
+	ClientID        string  `json:"clientID"`
+	EnvdVersion     string  `json:"envdVersion"`
+	EnvdAccessToken string  `json:"envdAccessToken"`
+	Domain          *string `json:"domain"`
+}
+
+func (s *Server) reply(sb *sandbox) sandboxReply {
+	r := sandboxReply{SandboxID: sb.id, TemplateID: sb.templateID, ClientID: "esf", EnvdVersion: EnvdVersion,
+		EnvdAccessToken: sb.token}
+	if s.opts.Domain != "" {
+		d := s.opts.Domain
+		r.Domain = &d
+	}
+	return r
+}
+
+// timeoutOf reads a timeout in seconds.
+func timeoutOf(sec *int64) (time.Duration, error) {
+	if sec == nil || *sec == 0 {
+		return DefaultTimeout, nil
+	}
+	d := time.Duration(*sec) * time.Second
+	if *sec < 0 || d > MaxTimeout {
+		return 0, httpErr(http.StatusBadRequest, "Timeout cannot be greater than %d hours", int(MaxTimeout.Hours()))
+	}
+	return d, nil
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	var req newSandboxRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if req.AllowInternetAccess != nil && *req.AllowInternetAccess {
+		return 0, nil, httpErr(http.StatusBadRequest,
+			"allow_internet_access: esf sandboxes have no network access yet (loopback only): create with allowInternetAccess: false")
+	}
+	if len(req.Network) > 0 && string(req.Network) != "null" {
+		return 0, nil, httpErr(http.StatusBadRequest, "network: esf sandboxes have no network policy yet")
+	}
+	if len(req.VolumeMounts) > 0 && string(req.VolumeMounts) != "null" && string(req.VolumeMounts) != "[]" {
+		return 0, nil, httpErr(http.StatusBadRequest, "volumeMounts are not supported by esf")
+	}
+	ttl, err := timeoutOf(req.Timeout)
+	if err != nil {
+		return 0, nil, err
+	}
+	nodeID, err := s.template(r.Context(), req.TemplateID)
+	if err != nil {
+		return 0, nil, err
+	}
+	sb := &sandbox{id: newSandboxID(), templateID: req.TemplateID, token: randid.Hex(32), metadata: req.Metadata,
+		env: req.EnvVars, autoPause: req.AutoPause}
+	if sb.metadata == nil {
+		sb.metadata = map[string]string{}
+	}
+	if err := s.start(r.Context(), sb, nodeID, ttl); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusCreated, s.reply(sb), nil
+}
+
+// template resolves a templateID to the node a sandbox starts from: a
+// group (its canonical node), a node, or a snapshot (a node).
+func (s *Server) template(ctx context.Context, id string) (string, error) {
+	kind, err := journal.KindOf(id)
+	if err != nil || (kind != journal.KindGroup && kind != journal.KindNode) {
+		return "", httpErr(http.StatusNotFound, "template %q not found: want a group id, node id or snapshot id", id)
+	}
+	in, err := s.f.Inspect(ctx, id)
+	if err != nil {
+		if errdefs.CodeOf(err) == errdefs.CodeNotFound {
+			return "", httpErr(http.StatusNotFound, "template %q not found", id)
+		}
+		return "", err
+	}
+	if in.Group != nil {
+		return in.Group.CanonicalNodeID, nil
+	}
+	if in.Node.Status == journal.NodePruned {
+		return "", httpErr(http.StatusNotFound, "template %q not found (pruned)", id)
+	}
+	return id, nil
+}
+
+// start activates a runc attempt of nodeID for sb, with a lease of ttl,
+// makes E2B's home directory in it and registers sb.
+func (s *Server) start(ctx context.Context, sb *sandbox, nodeID string, ttl time.Duration) error {
+	env := make([]string, 0, len(sb.env))
+	for k, v := range sb.env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	a, err := s.f.Activate(ctx, fabric.ActivateRequest{NodeID: nodeID, Executor: fabric.ExecutorRunc,
+		TTLMillis: ttl.Milliseconds(), Env: env, NoQueue: true})
+	if err != nil {
+		return err
+	}
+	if err := makeHome(a.Root); err != nil {
+		s.f.Release(context.WithoutCancel(ctx), fabric.ReleaseRequest{AttemptID: a.AttemptID})
+		return fmt.Errorf("make %s: %w", Home, err)
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb.attempt, sb.paused, sb.endAt = a, "", now.Add(ttl)
+	if sb.startedAt.IsZero() {
+		sb.startedAt = now
+	}
+	sb.procs = newProcTable(s.ctx)
+	sb.cpus, sb.memoryMB = max(s.opts.CPUCount, 1), s.opts.MemoryMB
+	s.sandboxes[sb.id] = sb
+	return nil
+}
+
+func makeHome(root string) error {
+	r, err := rootfs.Open(root, rootfs.Options{})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	fd, err := r.MkdirAll(Home, 0o755)
+	if err != nil {
+		return err
+	}
+	return closeFD(fd)
+}
+
+var sandboxIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newSandboxID draws an id in E2B's style: "i" and 20 lower-case letters
+// and digits.
+func newSandboxID() string {
+	var b [13]byte
+	rand.Read(b[:])
+	return "i" + sandboxIDEncoding.EncodeToString(b[:])[:20]
+}
+
+// lookup returns the sandbox id names, dropping it if its attempt ended
+// behind the front door's back (its lease expired, it failed).
+func (s *Server) lookup(ctx context.Context, id string) (*sandbox, error) {
+	s.mu.Lock()
+	sb, ok := s.sandboxes[id]
+	var attemptID string
+	if ok && sb.paused == "" {
+		attemptID = sb.attempt.AttemptID
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil, notFound(id)
+	}
+	if attemptID == "" {
+		return sb, nil
+	}
+	in, err := s.f.Inspect(ctx, attemptID)
+	if err != nil && errdefs.CodeOf(err) != errdefs.CodeNotFound {
+		return nil, err
+	}
+	if err == nil && in.Attempt.State.Live() {
+		return sb, nil
+	}
+	s.mu.Lock()
+	if cur := s.sandboxes[id]; cur == sb && sb.paused == "" && sb.attempt.AttemptID == attemptID {
+		delete(s.sandboxes, id)
+		sb.procs.killAll()
+	}
+	s.mu.Unlock()
+	return nil, notFound(id)
+}
+
+// sandboxDetail is E2B's SandboxDetail and ListedSandbox.
+type sandboxDetail struct {
+	SandboxID   string            `json:"sandboxID"`
+	TemplateID  string            `json:"templateID"`
+	ClientID    string            `json:"clientID"`
+	Alias       *string           `json:"alias,omitempty"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	State       string            `json:"state"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	Metadata    map[string]string `json:"metadata"`
+	EnvdVersion string            `json:"envdVersion"`
+	// Detail only.
+	EnvdAccessToken string  `json:"envdAccessToken,omitempty"`
+	Domain          *string `json:"domain,omitempty"`
+	Lifecycle       *struct {
+		OnTimeout  string `json:"onTimeout"`
+		AutoResume bool   `json:"autoResume"`
+	} `json:"lifecycle,omitempty"`
+}
+
+// detail describes sb; caller holds s.mu.
+func (s *Server) detail(sb *sandbox) sandboxDetail {
+	d := sandboxDetail{SandboxID: sb.id, TemplateID: sb.templateID, ClientID: "esf", StartedAt: sb.startedAt.UTC(),
+		EndAt: sb.endAt.UTC(), State: sb.state(), CPUCount: sb.cpus, MemoryMB: sb.memoryMB, Metadata: sb.metadata,
+		EnvdVersion: EnvdVersion}
+	return d
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	sb, err := s.lookup(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := s.detail(sb)
+	d.EnvdAccessToken = sb.token
+	if s.opts.Domain != "" {
+		dom := s.opts.Domain
+		d.Domain = &dom
+	}
+	onTimeout := "kill"
+	if sb.autoPause {
+		onTimeout = "pause"
+	}
+	d.Lifecycle = &struct {
+		OnTimeout  string `json:"onTimeout"`
+		AutoResume bool   `json:"autoResume"`
+	}{OnTimeout: onTimeout}
+	return http.StatusOK, d, nil
+}
+
+// maxListLimit bounds a page of list.
+const maxListLimit = 1000
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	q := r.URL.Query()
+	var meta url.Values
+	if m := q.Get("metadata"); m != "" {
+		var err error
+		if meta, err = url.ParseQuery(m); err != nil {
+			return 0, nil, httpErr(http.StatusBadRequest, "metadata %q: %v", m, err)
+		}
+	}
+	states := map[string]bool{"running": true}
+	if st := q.Get("state"); st != "" {
+		states = map[string]bool{}
+		for _, v := range strings.Split(st, ",") {
+			if v != "running" && v != "paused" {
+				return 0, nil, httpErr(http.StatusBadRequest, "state %q: want running or paused", v)
+			}
+			states[v] = true
+		}
+	} else if !strings.HasPrefix(r.URL.Path, "/v2/") {
+		states["paused"] = false
+	}
+	limit := 100
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxListLimit {
+			return 0, nil, httpErr(http.StatusBadRequest, "limit %q: want 1..%d", l, maxListLimit)
+		}
+		limit = n
+	}
+	after := q.Get("nextToken")
+
+	// Check every running sandbox's attempt first, so that expired ones
+	// are not listed.
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.sandboxes))
+	for id := range s.sandboxes {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.lookup(r.Context(), id)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids = ids[:0]
+	for id := range s.sandboxes {
+		if id > after {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	out := []sandboxDetail{}
+	for _, id := range ids {
+		sb := s.sandboxes[id]
+		if !states[sb.state()] || !metaMatch(sb.metadata, meta) {
+			continue
+		}
+		if len(out) == limit {
+			w.Header().Set("X-Next-Token", out[len(out)-1].SandboxID)
+			break
+		}
+		out = append(out, s.detail(sb))
+	}
+	return http.StatusOK, out, nil
+}
+
+func metaMatch(m map[string]string, want url.Values) bool {
+	for k, vs := range want {
+		for _, v := range vs {
+			if m[k] != v {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	id := r.PathValue("id")
+	sb, err := s.lookup(r.Context(), id)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.mu.Lock()
+	if s.sandboxes[id] != sb {
+		s.mu.Unlock()
+		return 0, nil, notFound(id)
+	}
+	delete(s.sandboxes, id)
+	attemptID := ""
+	if sb.paused == "" {
+		attemptID = sb.attempt.AttemptID
+	}
+	s.mu.Unlock()
+	if sb.procs != nil {
+		sb.procs.killAll()
+	}
+	if attemptID != "" {
+		if _, err := s.f.Release(context.WithoutCancel(r.Context()), fabric.ReleaseRequest{AttemptID: attemptID}); err != nil {
+			return 0, nil, err
+		}
+	}
+	return http.StatusNoContent, nil, nil
+}
+
+type timeoutRequest struct {
+	Timeout  *int64 `json:"timeout"`
+	Duration *int64 `json:"duration"`
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	var req timeoutRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if req.Timeout == nil {
+		return 0, nil, httpErr(http.StatusBadRequest, "timeout is required")
+	}
+	return s.renew(w, r, req.Timeout)
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	var req timeoutRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	return s.renew(w, r, req.Duration)
+}
+
+// renew sets a running sandbox's lease to end timeout seconds from now.
+func (s *Server) renew(_ http.ResponseWriter, r *http.Request, sec *int64) (int, any, error) {
+	ttl, err := timeoutOf(sec)
+	if err != nil {
+		return 0, nil, err
+	}
+	sb, err := s.lookup(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.renewLease(r.Context(), sb, ttl); err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, nil
+}
+
+func (s *Server) renewLease(ctx context.Context, sb *sandbox, ttl time.Duration) error {
+	s.mu.Lock()
+	a, paused := sb.attempt, sb.paused != ""
+	s.mu.Unlock()
+	if paused {
+		return httpErr(http.StatusConflict, "Sandbox %q is paused", sb.id)
+	}
+	if a.Lease == nil {
+		return httpErr(http.StatusConflict, "Sandbox %q has no lease", sb.id)
+	}
+	if _, err := s.f.Renew(ctx, fabric.RenewRequest{LeaseID: a.Lease.LeaseID, Token: a.Lease.Token,
+		TTLMillis: ttl.Milliseconds()}); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	sb.endAt = time.Now().Add(ttl)
+	s.mu.Unlock()
+	return nil
+}
+
+type connectRequest struct {
+	Timeout *int64 `json:"timeout"`
+	Memory  *bool  `json:"memory"`
+}
+
+// connect attaches to a running sandbox (200) or resumes a paused one by
+// activating its node again under the same id (201).
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	var req connectRequest
+	if err := decodeBody(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if req.Memory != nil && *req.Memory {
+		return 0, nil, errMemory
+	}
+	ttl, err := timeoutOf(req.Timeout)
+	if err != nil {
+		return 0, nil, err
+	}
+	sb, err := s.lookup(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return 0, nil, err
+	}
+	s.mu.Lock()
+	paused, endAt := sb.paused, sb.endAt
+	s.mu.Unlock()
+	if paused == "" {
+		// E2B extends a running sandbox's life to at least the timeout.
+		if time.Until(endAt) < ttl {
+			if err := s.renewLease(r.Context(), sb, ttl); err != nil {
+				return 0, nil, err
+			}
+		}
+		return http.StatusOK, s.reply(sb), nil
+	}
+	return 0, nil, httpErr(http.StatusNotImplemented, "resuming a paused sandbox is not implemented yet")
+}
+
+// errMemory refuses memory snapshots.
+var errMemory = httpErr(http.StatusBadRequest,
+	"memory: esf checkpoints files and logical state, not process memory: pause and resume without keepMemory")
+
+// token checks an envd call's access token in constant time.
+func (sb *sandbox) tokenOK(tok string) bool {
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(sb.token)) == 1
+}
