@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/e2b/envdwire"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
@@ -49,11 +50,18 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	const ns = "esf-e2btest"
-	ex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc"), Init: initBin, Namespace: ns})
+	// Containers run in a user namespace, as esfd's do by default.
+	userns := runc.IDRange{Start: 1<<30 + 5*65536, Count: 65536}
+	idmap, err := delta.NewIDMap(userns.Start, userns.Count)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := fabric.Open(ctx, fabric.Options{StateDir: filepath.Join(dir, "state"), Executor: ex})
+	t.Cleanup(func() { idmap.Close() })
+	ex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc"), Init: initBin, Namespace: ns, UserNS: userns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := fabric.Open(ctx, fabric.Options{StateDir: filepath.Join(dir, "state"), Executor: ex, IDMap: idmap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +73,7 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.srv = New(f, Options{Keys: keys, Logger: slog.New(slog.DiscardHandler), CPUCount: 1, MemoryMB: 512})
+	h.srv = New(f, Options{Keys: keys, Logger: slog.New(slog.DiscardHandler), CPUCount: 1, MemoryMB: 512, RootUID: userns.Start})
 	hs := httptest.NewServer(h.srv)
 	h.url = hs.URL
 	t.Cleanup(func() {

@@ -55,6 +55,10 @@ type Options struct {
 	// CPUCount and MemoryMB are what get info reports of a sandbox: the
 	// daemon's default container limits.
 	CPUCount, MemoryMB int
+	// RootUID is the host id of the containers' root when they run in a
+	// user namespace (esfd --userns-range), 0 when they do not: file
+	// calls act on a sandbox's root as that id.
+	RootUID uint32
 }
 
 // Server is esfd's E2B-compatible front door: E2B's control plane and the
@@ -378,7 +382,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox, nodeID string, ttl time
 	if err != nil {
 		return err
 	}
-	if err := makeHome(a.Root); err != nil {
+	if err := s.makeHome(a.Root); err != nil {
 		s.f.Release(context.WithoutCancel(ctx), fabric.ReleaseRequest{AttemptID: a.AttemptID})
 		return fmt.Errorf("make %s: %w", Home, err)
 	}
@@ -395,17 +399,19 @@ func (s *Server) start(ctx context.Context, sb *sandbox, nodeID string, ttl time
 	return nil
 }
 
-func makeHome(root string) error {
+func (s *Server) makeHome(root string) error {
 	r, err := rootfs.Open(root, rootfs.Options{})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	fd, err := r.MkdirAll(Home, 0o755)
-	if err != nil {
-		return err
-	}
-	return closeFD(fd)
+	return asSandboxRoot(s.opts.RootUID, func() error {
+		fd, err := r.MkdirAll(Home, 0o755)
+		if err != nil {
+			return err
+		}
+		return closeFD(fd)
+	})
 }
 
 var sandboxIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

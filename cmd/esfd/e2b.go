@@ -52,7 +52,7 @@ func e2bFlags() []cli.Flag {
 
 // serveE2B starts the front door if --e2b-addr is set. stop ends it: the
 // listener closes, requests get grace to finish, commands are killed.
-func serveE2B(cmd *cli.Command, f *fabric.Fabric, limits executor.Limits, log *slog.Logger) (stop func(), err error) {
+func serveE2B(cmd *cli.Command, f *fabric.Fabric, limits executor.Limits, rootUID uint32, log *slog.Logger) (stop func(), err error) {
 	addr := cmd.String("e2b-addr")
 	cert, key, keys := cmd.String("e2b-tls-cert"), cmd.String("e2b-tls-key"), cmd.String("e2b-keys")
 	if addr == "" {
@@ -86,7 +86,7 @@ func serveE2B(cmd *cli.Command, f *fabric.Fabric, limits executor.Limits, log *s
 	}
 	memMB := int(limits.MemoryBytes >> 20)
 	srv := e2b.New(f, e2b.Options{Keys: toks, Logger: log.With("front", "e2b"), Domain: cmd.String("e2b-domain"),
-		CPUCount: max(int(limits.CPUs+0.999), 1), MemoryMB: memMB})
+		CPUCount: max(int(limits.CPUs+0.999), 1), MemoryMB: memMB, RootUID: rootUID})
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})

@@ -413,7 +413,7 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 			return err
 		}
 	}
-	stopE2B, err := serveE2B(cmd, f, limits, log)
+	stopE2B, err := serveE2B(cmd, f, limits, userns.Start, log)
 	if err != nil {
 		return err
 	}
