@@ -23,6 +23,11 @@ func (s *Server) routeEnvd() {
 	m.Handle("POST "+envdwire.ProcCloseStdin, unary(s.processCloseStdin))
 	m.Handle("POST "+envdwire.ProcSendSignal, unary(s.processSendSignal))
 	m.Handle("POST "+envdwire.ProcUpdate, unary(s.processUpdate))
+	m.Handle("POST "+envdwire.FsStat, unary(s.fsStat))
+	m.Handle("POST "+envdwire.FsListDir, unary(s.fsListDir))
+	m.Handle("POST "+envdwire.FsMakeDir, unary(s.fsMakeDir))
+	m.Handle("POST "+envdwire.FsMove, unary(s.fsMove))
+	m.Handle("POST "+envdwire.FsRemove, unary(s.fsRemove))
 	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, rpcErr(codeUnimplemented, "%s %s is not served", r.Method, r.URL.Path))
@@ -45,6 +50,10 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		s.envd.ServeHTTP(w, r)
 		return
 	}
+	if r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost) {
+		s.serveFiles(w, r)
+		return
+	}
 	if id == "" {
 		writeEnvdError(w, http.StatusBadRequest, "missing "+envdwire.HeaderSandboxID+" header")
 		return
@@ -52,9 +61,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.lookup(r.Context(), id)
 	if err != nil {
 		// What E2B's edge proxy answers for a sandbox that is gone.
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadGateway)
-		w.Write([]byte(`{"sandboxId":` + quote(id) + `,"message":"The sandbox was not found","code":502}`))
+		writeGone(w, id)
 		return
 	}
 	if !sb.tokenOK(r.Header.Get(envdwire.HeaderAccessToken)) {
