@@ -75,7 +75,8 @@ type Server struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
-	ctx       context.Context // ends at Close: every command's parent
+	snapshots map[string]snapshotRecord // by node id
+	ctx       context.Context           // ends at Close: every command's parent
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // commands running
 }
@@ -86,7 +87,7 @@ func New(f *fabric.Fabric, opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{f: f, opts: opts, log: opts.Logger, mux: http.NewServeMux(), envd: http.NewServeMux(),
-		sandboxes: map[string]*sandbox{}}
+		sandboxes: map[string]*sandbox{}, snapshots: map[string]snapshotRecord{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.routeControl()
 	s.routeEnvd()
@@ -109,6 +110,9 @@ type sandbox struct {
 	startedAt      time.Time
 	cpus           int
 	memoryMB       int
+	// op serialises the calls that change what runs (pause, connect,
+	// fork, snapshot, kill).
+	op sync.Mutex
 
 	// Guarded by Server.mu.
 	attempt   fabric.AttemptView // the live attempt (zero when paused)
@@ -116,7 +120,7 @@ type sandbox struct {
 	paused    string // the node a pause sealed
 	autoPause bool
 	procs     *procTable
-	snapshots []string
+	timer     *time.Timer // ends the sandbox at endAt
 }
 
 func (sb *sandbox) state() string {
@@ -242,6 +246,12 @@ func (s *Server) routeControl() {
 	s.handle("POST /sandboxes/{id}/refreshes", s.refresh)
 	s.handle("POST /sandboxes/{id}/connect", s.connect)
 	s.handle("POST /v2/sandboxes/{id}/connect", s.connect)
+	s.handle("POST /sandboxes/{id}/resume", s.connect)
+	s.handle("POST /sandboxes/{id}/pause", s.pause)
+	s.handle("POST /sandboxes/{id}/fork", s.fork)
+	s.handle("POST /sandboxes/{id}/snapshots", s.snapshot)
+	s.handle("GET /snapshots", s.listSnapshots)
+	s.handle("DELETE /templates/{id}", s.deleteSnapshot)
 	s.handle("/", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 		return 0, nil, httpErr(http.StatusNotFound, "no endpoint %s %s", r.Method, r.URL.Path)
 	})
@@ -335,7 +345,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	sb := &sandbox{id: newSandboxID(), templateID: req.TemplateID, token: randid.Hex(32), metadata: req.Metadata,
+	sb := &sandbox{id: newSandboxID(), templateID: req.TemplateID, token: newToken(), metadata: req.Metadata,
 		env: req.EnvVars, autoPause: req.AutoPause}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
@@ -378,7 +388,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox, nodeID string, ttl time
 	}
 	sort.Strings(env)
 	a, err := s.f.Activate(ctx, fabric.ActivateRequest{NodeID: nodeID, Executor: fabric.ExecutorRunc,
-		TTLMillis: ttl.Milliseconds(), Env: env, NoQueue: true})
+		TTLMillis: (ttl + leaseSlack).Milliseconds(), Env: env, NoQueue: true})
 	if err != nil {
 		return err
 	}
@@ -394,6 +404,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox, nodeID string, ttl time
 		sb.startedAt = now
 	}
 	sb.procs = newProcTable(s.ctx)
+	s.arm(sb)
 	sb.cpus, sb.memoryMB = max(s.opts.CPUCount, 1), s.opts.MemoryMB
 	s.sandboxes[sb.id] = sb
 	return nil
@@ -413,6 +424,9 @@ func (s *Server) makeHome(root string) error {
 		return closeFD(fd)
 	})
 }
+
+// newToken draws an envd access token.
+func newToken() string { return randid.Hex(32) }
 
 var sandboxIDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
@@ -447,12 +461,26 @@ func (s *Server) lookup(ctx context.Context, id string) (*sandbox, error) {
 	if err == nil && in.Attempt.State.Live() {
 		return sb, nil
 	}
+	// The attempt ended: by a pause or fork under way (wait for it), or
+	// behind the front door's back.
+	sb.op.Lock()
+	defer sb.op.Unlock()
 	s.mu.Lock()
-	if cur := s.sandboxes[id]; cur == sb && sb.paused == "" && sb.attempt.AttemptID == attemptID {
-		delete(s.sandboxes, id)
-		sb.procs.killAll()
+	if cur := s.sandboxes[id]; cur != sb {
+		s.mu.Unlock()
+		return nil, notFound(id)
 	}
+	if sb.paused != "" || sb.attempt.AttemptID != attemptID {
+		s.mu.Unlock()
+		return sb, nil // paused or resumed meanwhile
+	}
+	delete(s.sandboxes, id)
+	if sb.timer != nil {
+		sb.timer.Stop()
+	}
+	procs := sb.procs
 	s.mu.Unlock()
+	procs.killAll()
 	return nil, notFound(id)
 }
 
@@ -593,31 +621,45 @@ func metaMatch(m map[string]string, want url.Values) bool {
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) (int, any, error) {
-	id := r.PathValue("id")
-	sb, err := s.lookup(r.Context(), id)
+	sb, err := s.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
 		return 0, nil, err
 	}
-	s.mu.Lock()
-	if s.sandboxes[id] != sb {
-		s.mu.Unlock()
-		return 0, nil, notFound(id)
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	if err := s.killLocked(context.WithoutCancel(r.Context()), sb); err != nil {
+		return 0, nil, err
 	}
-	delete(s.sandboxes, id)
+	return http.StatusNoContent, nil, nil
+}
+
+// killLocked forgets sb and releases its attempt (unsealed work is
+// dropped; a paused sandbox's node stays). Caller holds sb.op.
+func (s *Server) killLocked(ctx context.Context, sb *sandbox) error {
+	s.mu.Lock()
+	if s.sandboxes[sb.id] != sb {
+		s.mu.Unlock()
+		return notFound(sb.id)
+	}
+	delete(s.sandboxes, sb.id)
+	if sb.timer != nil {
+		sb.timer.Stop()
+	}
 	attemptID := ""
 	if sb.paused == "" {
 		attemptID = sb.attempt.AttemptID
 	}
+	procs := sb.procs
 	s.mu.Unlock()
-	if sb.procs != nil {
-		sb.procs.killAll()
+	if procs != nil {
+		procs.killAll()
 	}
 	if attemptID != "" {
-		if _, err := s.f.Release(context.WithoutCancel(r.Context()), fabric.ReleaseRequest{AttemptID: attemptID}); err != nil {
-			return 0, nil, err
+		if _, err := s.f.Release(ctx, fabric.ReleaseRequest{AttemptID: attemptID}); err != nil {
+			return err
 		}
 	}
-	return http.StatusNoContent, nil, nil
+	return nil
 }
 
 type timeoutRequest struct {
@@ -671,11 +713,12 @@ func (s *Server) renewLease(ctx context.Context, sb *sandbox, ttl time.Duration)
 		return httpErr(http.StatusConflict, "Sandbox %q has no lease", sb.id)
 	}
 	if _, err := s.f.Renew(ctx, fabric.RenewRequest{LeaseID: a.Lease.LeaseID, Token: a.Lease.Token,
-		TTLMillis: ttl.Milliseconds()}); err != nil {
+		TTLMillis: (ttl + leaseSlack).Milliseconds()}); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	sb.endAt = time.Now().Add(ttl)
+	s.arm(sb)
 	s.mu.Unlock()
 	return nil
 }
@@ -703,6 +746,8 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) (int, any, erro
 	if err != nil {
 		return 0, nil, err
 	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
 	s.mu.Lock()
 	paused, endAt := sb.paused, sb.endAt
 	s.mu.Unlock()
@@ -715,7 +760,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) (int, any, erro
 		}
 		return http.StatusOK, s.reply(sb), nil
 	}
-	return 0, nil, httpErr(http.StatusNotImplemented, "resuming a paused sandbox is not implemented yet")
+	return s.resume(r.Context(), sb, ttl)
 }
 
 // errMemory refuses memory snapshots.

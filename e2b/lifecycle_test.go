@@ -1,0 +1,138 @@
+package e2b
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestPauseResumeForkSnapshot: pause seals (state paused, 409 twice,
+// memory refused), connect resumes with the files; fork gives count
+// sandboxes that share no writable delta; a snapshot is a template;
+// deleting it prunes its node once nothing uses it; the graph holds it
+// all.
+func TestPauseResumeForkSnapshot(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create(t, map[string]any{"metadata": map[string]string{"k": "v"}})
+	c := h.envd(sb)
+	c.sh(t, "echo kept > /home/user/f")
+
+	var e apiError
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/pause", map[string]any{"memory": true}, &e); st != 400 {
+		t.Fatalf("memory pause: %d %+v", st, e)
+	}
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/pause", nil, nil); st != 204 {
+		t.Fatalf("pause: %d", st)
+	}
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/pause", nil, &e); st != 409 || e.Code != 409 {
+		t.Fatalf("pause twice: %d %+v", st, e)
+	}
+	var d sandboxDetail
+	if h.call(t, "GET", "/sandboxes/"+sb.SandboxID, nil, &d); d.State != "paused" {
+		t.Fatalf("state after pause: %+v", d)
+	}
+	var list []sandboxDetail
+	if h.call(t, "GET", "/v2/sandboxes?state=paused", nil, &list); len(list) != 1 || list[0].SandboxID != sb.SandboxID {
+		t.Fatalf("list paused: %+v", list)
+	}
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 300, "memory": true}, nil); st != 400 {
+		t.Fatalf("connect with memory: %d", st)
+	}
+	var rep sandboxReply
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 300}, &rep); st != 201 || rep.SandboxID != sb.SandboxID {
+		t.Fatalf("resume: %d %+v", st, rep)
+	}
+	c = h.envd(rep)
+	if out := c.sh(t, "cat /home/user/f"); out != "kept\n" {
+		t.Fatalf("after resume: %q", out)
+	}
+
+	// Fork into 3: each child writes its own file and sees only its own.
+	var kids []forkChild
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/fork", map[string]any{"count": 3, "timeout": 300}, &kids); st != 201 || len(kids) != 3 {
+		t.Fatalf("fork: %d %+v", st, kids)
+	}
+	for i, k := range kids {
+		if k.Sandbox == nil {
+			t.Fatalf("child %d: %+v", i, k.Error)
+		}
+		h.envd(*k.Sandbox).sh(t, fmt.Sprintf("echo %d > /home/user/child%d", i, i))
+	}
+	for i, k := range kids {
+		want := fmt.Sprintf("kept\nchild%d\n", i)
+		if out := h.envd(*k.Sandbox).sh(t, "cat f; ls /home/user | grep child"); out != want {
+			t.Fatalf("child %d sees %q, want %q", i, out, want)
+		}
+	}
+	if out := c.sh(t, "ls /home/user"); out != "f\n" {
+		t.Fatalf("the parent sees %q", out)
+	}
+
+	// A snapshot is a template.
+	c.sh(t, "echo snap > /home/user/s")
+	var snap snapshotInfo
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/snapshots", map[string]any{"name": "mine"}, &snap); st != 201 || snap.SnapshotID == "" || snap.Names[0] != "mine" {
+		t.Fatalf("snapshot: %d %+v", st, snap)
+	}
+	c.sh(t, "rm /home/user/s")
+	var snaps []snapshotInfo
+	if h.call(t, "GET", "/snapshots?sandboxID="+sb.SandboxID, nil, &snaps); len(snaps) != 1 || snaps[0].SnapshotID != snap.SnapshotID {
+		t.Fatalf("list snapshots: %+v", snaps)
+	}
+	from := h.create(t, map[string]any{"templateID": snap.SnapshotID})
+	if out := h.envd(from).sh(t, "cat /home/user/s"); out != "snap\n" {
+		t.Fatalf("from the snapshot: %q", out)
+	}
+	if st, _ := h.call(t, "DELETE", "/templates/"+snap.SnapshotID, nil, nil); st != 409 {
+		t.Fatalf("delete a snapshot in use: %d", st)
+	}
+	h.call(t, "DELETE", "/sandboxes/"+from.SandboxID, nil, nil)
+	if st, _ := h.call(t, "DELETE", "/templates/"+snap.SnapshotID, nil, nil); st != 204 {
+		t.Fatalf("delete snapshot: %d", st)
+	}
+	if st, _ := h.call(t, "POST", "/v2/sandboxes", map[string]any{"templateID": snap.SnapshotID, "allow_internet_access": false}, nil); st != 404 {
+		t.Fatalf("create from a deleted snapshot: %d", st)
+	}
+
+	// The graph holds the session: root, pause, 3 forks, snapshot (and
+	// the fork's checkpoint).
+	tree, err := h.f.Tree(context.Background(), h.groupID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tree.Nodes); n < 7 {
+		t.Fatalf("tree has %d nodes, want at least 7", n)
+	}
+}
+
+// TestAutoPause: with autoPause a sandbox whose timeout passes is paused,
+// not killed, and resumes with its files.
+func TestAutoPause(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create(t, map[string]any{"timeout": 1, "autoPause": true})
+	h.envd(sb).sh(t, "echo x > /home/user/x")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var d sandboxDetail
+		st, _ := h.call(t, "GET", "/sandboxes/"+sb.SandboxID, nil, &d)
+		if st != http.StatusOK {
+			t.Fatalf("get info: %d", st)
+		}
+		if d.State == "paused" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not paused 2 minutes after its timeout")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var rep sandboxReply
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 300}, &rep); st != 201 {
+		t.Fatalf("resume: %d", st)
+	}
+	if out := h.envd(rep).sh(t, "cat /home/user/x"); out != "x\n" {
+		t.Fatalf("after auto-pause: %q", out)
+	}
+}
