@@ -28,6 +28,7 @@ func (s *Server) routeEnvd() {
 	m.Handle("POST "+envdwire.FsMakeDir, unary(s.fsMakeDir))
 	m.Handle("POST "+envdwire.FsMove, unary(s.fsMove))
 	m.Handle("POST "+envdwire.FsRemove, unary(s.fsRemove))
+	m.Handle("POST "+envdwire.FsWatch, serverStream(s.fsWatchDir))
 	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, rpcErr(codeUnimplemented, "%s %s is not served", r.Method, r.URL.Path))

@@ -174,3 +174,49 @@ func TestFiles(t *testing.T) {
 		t.Fatalf("a write signature used to read: %d", st)
 	}
 }
+
+// TestWatchDir: a watch sees what a command does in the directory (and,
+// recursive, below it), then ends when its client leaves.
+func TestWatchDir(t *testing.T) {
+	h := newHarness(t)
+	c := h.envd(h.create(t, nil))
+	c.sh(t, "mkdir -p /tmp/w")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, _ := jsonMarshal(&envdwire.WatchDirRequest{Path: "/tmp/w", Recursive: true})
+	resp := c.rawStream(ctx, t, envdwire.FsWatch, b)
+	defer resp.Body.Close()
+	msgs := make(chan string, 100)
+	go readEnvelopes(resp.Body, msgs)
+	if m := <-msgs; m != `{"start":{}}` {
+		t.Fatalf("first message %s", m)
+	}
+	c.sh(t, "mkdir /tmp/w/sub")
+	// The new directory is watched once its create event is out; a file
+	// made before that could be missed, so wait for it first.
+	for m := range msgs {
+		if m == `{"filesystem":{"name":"sub","type":"EVENT_TYPE_CREATE"}}` {
+			break
+		}
+	}
+	c.sh(t, "echo x > /tmp/w/sub/f; rm /tmp/w/sub/f")
+	want := map[string]bool{
+		`{"filesystem":{"name":"sub/f","type":"EVENT_TYPE_CREATE"}}`: false,
+		`{"filesystem":{"name":"sub/f","type":"EVENT_TYPE_REMOVE"}}`: false,
+	}
+	deadline := time.After(2 * time.Minute)
+	for left := len(want); left > 0; {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				t.Fatalf("stream ended; still waiting for %v", want)
+			}
+			if done, ok := want[m]; ok && !done {
+				want[m] = true
+				left--
+			}
+		case <-deadline:
+			t.Fatalf("events missing after 2 minutes: %v", want)
+		}
+	}
+}

@@ -334,3 +334,43 @@ func run(cmd string) *envdwire.StartRequest {
 	no := false
 	return &envdwire.StartRequest{Process: &envdwire.ProcessConfig{Cmd: "/bin/sh", Args: []string{"-c", cmd}}, Stdin: &no}
 }
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// rawStream starts a server-streaming call with a marshalled request.
+func (c *envdClient) rawStream(ctx context.Context, t *testing.T, proc string, b []byte) *http.Response {
+	t.Helper()
+	var env bytes.Buffer
+	env.WriteByte(0)
+	binary.Write(&env, binary.BigEndian, uint32(len(b)))
+	env.Write(b)
+	hr, _ := http.NewRequestWithContext(ctx, "POST", c.url+proc, &env)
+	hr.Header.Set("Content-Type", "application/connect+json")
+	c.header(hr)
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("%s: %d", proc, resp.StatusCode)
+	}
+	return resp
+}
+
+// readEnvelopes sends each message envelope's JSON to out, and closes it
+// at the end envelope or when the stream breaks.
+func readEnvelopes(r io.Reader, out chan<- string) {
+	defer close(out)
+	br := bufio.NewReader(r)
+	for {
+		var h [5]byte
+		if _, err := io.ReadFull(br, h[:]); err != nil {
+			return
+		}
+		p := make([]byte, binary.BigEndian.Uint32(h[1:]))
+		if _, err := io.ReadFull(br, p); err != nil || h[0] == 2 {
+			return
+		}
+		out <- string(p)
+	}
+}

@@ -19,7 +19,10 @@ set -euo pipefail
 #   mypy            make lint: mypy --strict clients/python
 #   btrfs-progs     delta/: the disk pool that limits attempts' deltas (mkfs.btrfs, btrfs quota)
 #   chromium        e2e TestUI_Browser: the web view (esfctl ui) driven headless
-packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils python3 mypy btrfs-progs chromium)
+#   bash-static     e2b/: the /bin/bash the E2B SDKs run commands with, in the acceptance rootfs
+#   nodejs, npm     e2e/e2bsdk: the unmodified E2B JavaScript SDK drives the front door (only when
+#                   no npm is on PATH: a node from elsewhere, e.g. NodeSource, brings its own)
+packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils python3 mypy btrfs-progs bash-static chromium)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -27,6 +30,9 @@ for p in "${packages[@]}"; do
 		missing+=("$p")
 	fi
 done
+if ! command -v npm >/dev/null 2>&1; then
+	missing+=(nodejs npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
 	exit 0

@@ -220,3 +220,33 @@ type HTTPErrorBody struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
 }
+
+// filesystem.WatchDirRequest.
+type WatchDirRequest struct {
+	Path         string `json:"path"`
+	Recursive    bool   `json:"recursive,omitempty"`
+	IncludeEntry bool   `json:"includeEntry,omitempty"`
+}
+
+// filesystem.WatchDirResponse: exactly one field is set.
+type WatchDirResponse struct {
+	Start      *struct{}        `json:"start,omitempty"`
+	Filesystem *FilesystemEvent `json:"filesystem,omitempty"`
+	Keepalive  *struct{}        `json:"keepalive,omitempty"`
+}
+
+// filesystem.FilesystemEvent: Name is relative to the watched directory.
+type FilesystemEvent struct {
+	Name  string     `json:"name,omitempty"`
+	Type  string     `json:"type,omitempty"`
+	Entry *EntryInfo `json:"entry,omitempty"`
+}
+
+// filesystem.EventType names.
+const (
+	EventCreate = "EVENT_TYPE_CREATE"
+	EventWrite  = "EVENT_TYPE_WRITE"
+	EventRemove = "EVENT_TYPE_REMOVE"
+	EventRename = "EVENT_TYPE_RENAME"
+	EventChmod  = "EVENT_TYPE_CHMOD"
+)
