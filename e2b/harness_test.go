@@ -26,6 +26,9 @@ import (
 	"github.com/esf-dev/esf/internal/testenv"
 )
 
+// testGroupName names the harness's group.
+const testGroupName = "e2b-test-base"
+
 const testKey = "e2b_0123456789abcdef0123456789abcdef"
 
 // harness is a front door on a fabric with a real runc executor, served
@@ -97,7 +100,7 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := f.CreateGroup(ctx, fabric.CreateGroupRequest{RootID: imp.Root.String()})
+	g, err := f.CreateGroup(ctx, fabric.CreateGroupRequest{RootID: imp.Root.String(), Name: testGroupName})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -357,11 +357,22 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any, error
 }
 
 // template resolves a templateID to the node a sandbox starts from: a
-// group (its canonical node), a node, or a snapshot (a node).
+// group by name or id (its canonical node), a node, or a snapshot (a
+// node).
 func (s *Server) template(ctx context.Context, id string) (string, error) {
 	kind, err := journal.KindOf(id)
+	if err != nil && journal.CheckGroupName(id) == nil {
+		g, err := s.f.GroupByName(ctx, id)
+		if err != nil {
+			if errdefs.CodeOf(err) == errdefs.CodeNotFound {
+				return "", httpErr(http.StatusNotFound, "template %q not found: no group has that name", id)
+			}
+			return "", err
+		}
+		return g.CanonicalNodeID, nil
+	}
 	if err != nil || (kind != journal.KindGroup && kind != journal.KindNode) {
-		return "", httpErr(http.StatusNotFound, "template %q not found: want a group id, node id or snapshot id", id)
+		return "", httpErr(http.StatusNotFound, "template %q not found: want a group name or id, a node id or a snapshot id", id)
 	}
 	in, err := s.f.Inspect(ctx, id)
 	if err != nil {

@@ -42,7 +42,7 @@ func TestControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, tmpl := range []string{"nope", "g_0123456789abcdef0123456789abcdef", "n_0123456789abcdef0123456789abcdef"} {
+	for _, tmpl := range []string{"nope", "grp_0123456789abcdef0123456789abcdef", "node_0123456789abcdef0123456789abcdef", "a b"} {
 		if st, _ := h.call(t, "POST", "/v2/sandboxes", map[string]any{"templateID": tmpl, "allow_internet_access": false}, &e); st != 404 || e.Code != 404 {
 			t.Errorf("template %q: %d %+v", tmpl, st, e)
 		}
@@ -54,6 +54,10 @@ func TestControlPlane(t *testing.T) {
 
 	a := h.create(t, map[string]any{"metadata": map[string]string{"team": "a", "n": "1"}, "envVars": map[string]string{"GREETING": "hi"}})
 	b := h.create(t, map[string]any{"templateID": h.nodeID, "metadata": map[string]string{"team": "b"}})
+	byName := h.create(t, map[string]any{"templateID": testGroupName})
+	if st, _ := h.call(t, "DELETE", "/sandboxes/"+byName.SandboxID, nil, nil); st != 204 {
+		t.Fatalf("kill the sandbox made from the group's name: %d", st)
+	}
 	if a.EnvdVersion != EnvdVersion || a.EnvdAccessToken == "" || a.EnvdAccessToken == b.EnvdAccessToken || !strings.HasPrefix(a.SandboxID, "i") {
 		t.Fatalf("create replies %+v %+v", a, b)
 	}

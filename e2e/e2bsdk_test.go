@@ -53,7 +53,8 @@ func TestE2BSDK(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	d := startDaemonWith(t, "", "--e2b-addr", addr, "--e2b-keys", keys)
-	g := createGroup(t, d, rootfs)
+	// The SDK names the template by the group's name.
+	createGroup(t, d, rootfs, "--name", "e2b-base")
 
 	suite, err := filepath.Abs("e2bsdk")
 	if err != nil {
@@ -69,7 +70,7 @@ func TestE2BSDK(t *testing.T) {
 		"E2B_API_URL=http://"+addr,
 		"E2B_SANDBOX_URL=http://"+addr,
 		"E2B_DEBUG=",
-		"ESF_E2B_TEMPLATE="+g.Group.GroupID,
+		"ESF_E2B_TEMPLATE=e2b-base",
 	)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -160,6 +160,9 @@ type CreateGroupRequest struct {
 	Source       string          `json:"source,omitempty"` // what was imported, for humans
 	Policy       json.RawMessage `json:"policy,omitempty"`
 	LogicalState json.RawMessage `json:"logical_state,omitempty"`
+	// Name, if set, names the group: unique in the graph (conflicts are
+	// already_exists), and usable where a group id is (E2B templateIDs).
+	Name string `json:"name,omitempty"`
 }
 
 // CreateGroupResult is the new group and its sealed root node.
@@ -208,6 +211,11 @@ func (f *Fabric) createGroup(ctx context.Context, req CreateGroupRequest, inSess
 	if err := checkJSON("logical_state", req.LogicalState); err != nil {
 		return res, err
 	}
+	if req.Name != "" {
+		if err := journal.CheckGroupName(req.Name); err != nil {
+			return res, fmt.Errorf("create group: %w", err)
+		}
+	}
 	root, err := f.resolveRoot(ctx, req.RootID)
 	if err != nil {
 		return res, fmt.Errorf("create group: %w", err)
@@ -252,7 +260,7 @@ func (f *Fabric) createGroup(ctx context.Context, req CreateGroupRequest, inSess
 		if err != nil {
 			return nil, err
 		}
-		g := journal.Group{GroupID: gid, RootNodeID: nid, CanonicalNodeID: nid, Generation: 1, Policy: req.Policy}
+		g := journal.Group{GroupID: gid, RootNodeID: nid, CanonicalNodeID: nid, Generation: 1, Policy: req.Policy, Name: req.Name}
 		if err := journal.CreateGroup(tx, g); err != nil {
 			return nil, err
 		}
@@ -278,6 +286,16 @@ func (f *Fabric) createGroup(ctx context.Context, req CreateGroupRequest, inSess
 		return CreateGroupResult{Group: g, Node: n}, nil
 	})
 	return res, err
+}
+
+// GroupByName returns the group named name (not_found if none).
+func (f *Fabric) GroupByName(ctx context.Context, name string) (journal.Group, error) {
+	var g journal.Group
+	err := f.journal.View(ctx, func(r journal.Reader) (err error) {
+		g, err = journal.GroupByName(r, name)
+		return err
+	})
+	return g, err
 }
 
 // ForkRequest asks for N draft children of a sealed node.

@@ -28,6 +28,9 @@ type Group struct {
 	Generation uint64          `json:"generation"`
 	Policy     json.RawMessage `json:"policy,omitempty"`
 	CreatedAt  time.Time       `json:"created_at"`
+	// Name, if set, is unique among the graph's groups and never changes
+	// (CheckGroupName): what people and E2B templateIDs call the group.
+	Name string `json:"name,omitempty"`
 }
 
 // Node is a selectable checkpoint: a root tree in the CAS plus logical state.
@@ -173,7 +176,33 @@ func (g *Group) Validate() error {
 		CheckID(KindNode, g.CanonicalNodeID),
 		check(g.Generation >= 1, "group %s: generation must be at least 1", g.GroupID),
 		checkJSON(g.Policy, "group %s: policy", g.GroupID),
+		checkGroupName(g.Name, true),
 	)
+}
+
+// CheckGroupName checks a group's name: 1..128 characters of [A-Za-z0-9._-]
+// starting with a letter or digit, never shaped like an id ("node_..."), so
+// that a name and an id cannot be confused. A violation wraps
+// ErrInvalidArgument.
+func CheckGroupName(name string) error { return checkGroupName(name, false) }
+
+func checkGroupName(name string, emptyOK bool) error {
+	if name == "" && emptyOK {
+		return nil
+	}
+	if len(name) == 0 || len(name) > 128 {
+		return fmt.Errorf("group name %q: want 1..128 characters: %w", name, ErrInvalidArgument)
+	}
+	for i, c := range []byte(name) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || (c != '.' && c != '_' && c != '-')) {
+			return fmt.Errorf("group name %q: want letters, digits, '.', '_' and '-', starting with a letter or digit: %w", name, ErrInvalidArgument)
+		}
+	}
+	if k, _, ok := strings.Cut(name, "_"); ok && Kind(k).valid() {
+		return fmt.Errorf("group name %q: looks like an id: %w", name, ErrInvalidArgument)
+	}
+	return nil
 }
 
 // Validate checks n's fields; a violation wraps ErrInvalidArgument.

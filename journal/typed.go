@@ -79,7 +79,32 @@ func GetGroup(r Reader, id string) (Group, error) {
 	return g, err
 }
 
-// CreateGroup stores a new group (ErrExists if its id is taken). A zero
+// GroupByName finds the group named name (ErrNotFound if none). Names are
+// few and looked up rarely: it scans the groups.
+func GroupByName(r Reader, name string) (Group, error) {
+	if err := CheckGroupName(name); err != nil {
+		return Group{}, err
+	}
+	var found Group
+	errFound := errors.New("found")
+	err := Groups(r, func(g Group) error {
+		if g.Name == name {
+			found = g
+			return errFound
+		}
+		return nil
+	})
+	if err == errFound {
+		return found, nil
+	}
+	if err != nil {
+		return Group{}, err
+	}
+	return Group{}, fmt.Errorf("group named %q: %w", name, ErrNotFound)
+}
+
+// CreateGroup stores a new group (ErrExists if its id, or its name, is
+// taken). A zero
 // CreatedAt becomes tx.Now(). The group's nodes may be created after it in
 // the same transaction; the caller must create RootNodeID there.
 func CreateGroup(tx Tx, g Group) error {
@@ -89,6 +114,13 @@ func CreateGroup(tx Tx, g Group) error {
 	}
 	if err := mustBeNew(tx, "group", g.GroupID, key); err != nil {
 		return err
+	}
+	if g.Name != "" {
+		if other, err := GroupByName(tx, g.Name); err == nil {
+			return fmt.Errorf("group name %q is taken by %s: %w", g.Name, other.GroupID, ErrExists)
+		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
 	}
 	g.CreatedAt = orNow(g.CreatedAt, tx)
 	return putRecord(tx, "group", key, &g)
@@ -109,6 +141,7 @@ func UpdateGroup(tx Tx, g Group) error {
 	}
 	if err := firstErr(
 		immutable("group", g.GroupID, "root_node_id", g.RootNodeID == old.RootNodeID),
+		immutable("group", g.GroupID, "name", g.Name == old.Name),
 		immutable("group", g.GroupID, "created_at", g.CreatedAt.Equal(old.CreatedAt)),
 	); err != nil {
 		return err

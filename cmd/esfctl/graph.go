@@ -53,14 +53,16 @@ func (a *app) groupCommand() *cli.Command {
 		Commands: []*cli.Command{{
 			Name:      "create",
 			Usage:     "create a group whose sealed root node is SRC or ROOT_ID",
-			ArgsUsage: "--from SRC|ROOT_ID [--policy JSON] [--logical-state JSON]",
+			ArgsUsage: "--from SRC|ROOT_ID [--name NAME] [--policy JSON] [--logical-state JSON]",
 			Description: "SRC is what import takes: a directory, a tar or an OCI image, read by the\n" +
 				"daemon (a relative SRC is resolved here first), or - for a tar on stdin (streamed\n" +
 				"to the daemon first). A 64-hex-digit ROOT_ID names a stored root (write ./ID for\n" +
 				"a file of that name). The group starts at generation 1 with the root node\n" +
-				"canonical.",
+				"canonical. --name gives the group a name unique in the graph, usable as an E2B\n" +
+				"templateID (docs/e2b.md).",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "from", Usage: "SRC, - or ROOT_ID", Required: true},
+				&cli.StringFlag{Name: "name", Usage: "a unique name for the group: letters, digits, '.', '_', '-'"},
 				&cli.StringFlag{Name: "policy", Usage: "the group's policy (JSON)"},
 				&cli.StringFlag{Name: "logical-state", Usage: "the root node's logical state (JSON)"},
 				idempotencyKeyFlag(),
@@ -74,7 +76,7 @@ func (a *app) groupCreate(ctx context.Context, cmd *cli.Command) error {
 	if err := exactArgs(cmd, 0); err != nil {
 		return err
 	}
-	var req fabric.CreateGroupRequest
+	req := fabric.CreateGroupRequest{Name: cmd.String("name")}
 	var err error
 	if req.Policy, err = jsonFlag(cmd, "policy"); err != nil {
 		return err
@@ -114,12 +116,15 @@ func (a *app) groupCreate(ctx context.Context, cmd *cli.Command) error {
 	if a.json {
 		return a.printRaw(raw)
 	}
-	a.table([][2]string{
-		{"group_id", res.Group.GroupID},
+	rows := [][2]string{{"group_id", res.Group.GroupID}}
+	if res.Group.Name != "" {
+		rows = append(rows, [2]string{"name", res.Group.Name})
+	}
+	a.table(append(rows, [][2]string{
 		{"node_id", res.Node.NodeID + " (root, canonical)"},
 		{"root_id", res.Node.RootID},
 		{"generation", fmt.Sprint(res.Group.Generation)},
-	})
+	}...))
 	return nil
 }
 
