@@ -69,3 +69,12 @@ func isHex(s string) bool {
 }
 
 func allZero(s string) bool { return strings.Trim(s, "0") == "" }
+
+// ParseTraceparent is what the API does with a request's traceparent, for
+// esfd's other front doors (package e2b): the trace and span ids of the
+// request (the caller's trace continued, or a new one) and the traceparent
+// to answer with.
+func ParseTraceparent(h string) (traceID, spanID, response string) {
+	tc := parseTraceparent(h)
+	return tc.TraceID, tc.SpanID, tc.String()
+}

@@ -46,6 +46,7 @@ type envdCtx struct {
 // serveEnvd finds the sandbox and checks the access token, then serves
 // the call.
 func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
+	r, _ = s.traced(w, r)
 	id := r.Header.Get(envdwire.HeaderSandboxID)
 	if r.URL.Path == "/health" && r.Method == http.MethodGet {
 		s.envd.ServeHTTP(w, r)

@@ -197,6 +197,7 @@ func errStatus(err error) int {
 func (s *Server) handle(pattern string, h func(w http.ResponseWriter, r *http.Request) (int, any, error)) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		r, log := s.traced(w, r)
 		status, body, err := h(w, r)
 		if err != nil {
 			var he *httpError
@@ -206,7 +207,7 @@ func (s *Server) handle(pattern string, h func(w http.ResponseWriter, r *http.Re
 				status = errStatus(err)
 			}
 			writeAPIError(w, status, "%s", err.Error())
-			s.log.Info("e2b request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err,
+			log.Info("e2b request failed", "method", r.Method, "path", r.URL.Path, "status", status, "err", err,
 				"ms", time.Since(start).Milliseconds())
 			return
 		}
@@ -215,8 +216,20 @@ func (s *Server) handle(pattern string, h func(w http.ResponseWriter, r *http.Re
 		} else {
 			writeJSON(w, status, body)
 		}
-		s.log.Info("e2b request", "method", r.Method, "path", r.URL.Path, "status", status, "ms", time.Since(start).Milliseconds())
+		log.Info("e2b request", "method", r.Method, "path", r.URL.Path, "status", status, "ms", time.Since(start).Milliseconds())
 	})
+}
+
+// traced gives a request the W3C trace context the /v1 API gives its
+// requests (the caller's traceparent continued, or a new trace, answered
+// in the traceparent header): the fabric calls it makes record the trace
+// id in their events and provenance, so what an E2B session did is found
+// in the event log like anything done through /v1.
+func (s *Server) traced(w http.ResponseWriter, r *http.Request) (*http.Request, *slog.Logger) {
+	trace, span, resp := api.ParseTraceparent(r.Header.Get("Traceparent"))
+	w.Header().Set("Traceparent", resp)
+	r = r.WithContext(fabric.WithCallInfo(r.Context(), fabric.CallInfo{TraceID: trace, SpanID: span}))
+	return r, s.log.With("trace_id", trace)
 }
 
 // httpError is an error with the status it answers.

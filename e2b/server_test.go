@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/esf-dev/esf/e2b/envdwire"
+	"github.com/esf-dev/esf/journal"
 )
 
 // TestControlPlane: keys, create from a group or a node (unknown: 404;
@@ -159,5 +160,34 @@ func TestTimeoutKills(t *testing.T) {
 			t.Fatal("the sandbox outlived its timeout by 2 minutes")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestTraceContext: a create continues the caller's trace, and the events
+// of the attempt it activated carry the trace id, as a /v1 call's do.
+func TestTraceContext(t *testing.T) {
+	h := newHarness(t)
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	body := strings.NewReader(`{"templateID":"` + h.groupID + `","timeout":60}`)
+	req, _ := http.NewRequest("POST", h.url+"/v2/sandboxes", body)
+	req.Header.Set("X-API-KEY", testKey)
+	req.Header.Set("Traceparent", "00-"+trace+"-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 || !strings.Contains(resp.Header.Get("Traceparent"), trace) {
+		t.Fatalf("create: %d, traceparent %q", resp.StatusCode, resp.Header.Get("Traceparent"))
+	}
+	found := false
+	err = h.f.Events(context.Background(), 0, journal.EventFilter{GroupID: h.groupID}, false, func(ev journal.Event) error {
+		if ev.AttemptID != "" && ev.TraceID == trace {
+			found = true
+		}
+		return nil
+	})
+	if err != nil || !found {
+		t.Fatalf("no attempt event with the caller's trace id (%v)", err)
 	}
 }
