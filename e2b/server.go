@@ -121,6 +121,9 @@ type sandbox struct {
 	autoPause bool
 	procs     *procTable
 	timer     *time.Timer // ends the sandbox at endAt
+	// The CPU time at the last metrics sample, and when it was taken.
+	cpuNanos uint64
+	cpuAt    time.Time
 }
 
 func (sb *sandbox) state() string {
@@ -261,6 +264,7 @@ func (s *Server) routeControl() {
 	s.handle("POST /v2/sandboxes/{id}/connect", s.connect)
 	s.handle("POST /sandboxes/{id}/resume", s.connect)
 	s.handle("POST /sandboxes/{id}/pause", s.pause)
+	s.handle("GET /sandboxes/{id}/metrics", s.metrics)
 	s.handle("POST /sandboxes/{id}/fork", s.fork)
 	s.handle("POST /sandboxes/{id}/snapshots", s.snapshot)
 	s.handle("GET /snapshots", s.listSnapshots)

@@ -191,3 +191,22 @@ func TestTraceContext(t *testing.T) {
 		t.Fatalf("no attempt event with the caller's trace id (%v)", err)
 	}
 }
+
+// TestMetrics: a sample from the container's cgroup: CPU used by a busy
+// command, memory held and its limit, the disk of the writable layer.
+func TestMetrics(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create(t, nil)
+	var first []sandboxMetric
+	if st, _ := h.call(t, "GET", "/sandboxes/"+sb.SandboxID+"/metrics", nil, &first); st != 200 || len(first) != 1 {
+		t.Fatalf("metrics: %d %+v", st, first)
+	}
+	h.envd(sb).sh(t, "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+	var m []sandboxMetric
+	if st, _ := h.call(t, "GET", "/sandboxes/"+sb.SandboxID+"/metrics", nil, &m); st != 200 || len(m) != 1 {
+		t.Fatalf("metrics: %d %+v", st, m)
+	}
+	if m[0].CPUUsedPct <= 0 || m[0].MemUsed <= 0 || m[0].DiskTotal <= 0 || m[0].DiskUsed <= 0 || m[0].CPUCount != 1 {
+		t.Fatalf("metrics after a busy loop: %+v", m[0])
+	}
+}

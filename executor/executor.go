@@ -113,6 +113,21 @@ type OOMReporter interface {
 	OOMKilled() bool
 }
 
+// Usage is what a container has used, read from its cgroup.
+type Usage struct {
+	// CPUNanos is the CPU time its processes took since it started.
+	CPUNanos uint64
+	// MemoryBytes is the memory it holds now; MemoryLimit its limit (0:
+	// none).
+	MemoryBytes, MemoryLimit int64
+}
+
+// UsageReporter is implemented by an Executor that can read a running
+// container's resource use (ErrNotFound for an unknown id).
+type UsageReporter interface {
+	Usage(ctx context.Context, id string) (Usage, error)
+}
+
 // Spec describes a container.
 type Spec struct {
 	// Rootfs is the container's root: an existing directory, absolute,

@@ -286,3 +286,22 @@ func (f *Fabric) runWASI(ctx context.Context, a AttemptView, req ExecRequest, st
 	}
 	return out, nil
 }
+
+// Usage is what a live runc attempt's container has used (its cgroup).
+func (f *Fabric) Usage(ctx context.Context, attemptID string) (executor.Usage, error) {
+	if err := journal.CheckID(journal.KindAttempt, attemptID); err != nil {
+		return executor.Usage{}, fmt.Errorf("usage: %w", err)
+	}
+	a, err := f.attemptView(ctx, attemptID)
+	if err != nil {
+		return executor.Usage{}, fmt.Errorf("usage: %w", err)
+	}
+	if a.State != journal.AttemptActive || a.Executor != ExecutorRunc {
+		return executor.Usage{}, fmt.Errorf("usage: attempt %s is %s %s, not a running container: %w", a.AttemptID, a.State, a.Executor, journal.ErrFailedPrecondition)
+	}
+	r, ok := f.exec.(executor.UsageReporter)
+	if !ok {
+		return executor.Usage{}, fmt.Errorf("usage: the executor reports no usage: %w", journal.ErrUnsupported)
+	}
+	return r.Usage(ctx, attemptID)
+}
