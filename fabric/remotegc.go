@@ -70,6 +70,7 @@ type remoteGC struct {
 	mu      sync.Mutex
 	seen    remoteGCState // the record as last read
 	running bool          // this process runs a remote collection
+	loaded  atomic.Bool   // seen was read from the journal once
 	// rechecked counts objects made durable again after a collection
 	// overlapped their session (tests).
 	rechecked atomic.Int64
@@ -92,6 +93,19 @@ func (f *Fabric) remoteSession(ctx context.Context) context.Context {
 		return ctx
 	}
 	ctx, rec := gc.WithRecorder(ctx)
+	if !f.rgc.loaded.Load() {
+		// Once per process, so that its first write does not take every
+		// past collection for one that overlapped it. A failed read
+		// leaves the zero view, which is only conservative.
+		var st remoteGCState
+		if f.journal.View(ctx, func(r journal.Reader) (err error) {
+			st, err = readRemoteGC(r)
+			return err
+		}) == nil {
+			f.sawRemoteGC(st)
+			f.rgc.loaded.Store(true)
+		}
+	}
 	f.rgc.mu.Lock()
 	// What this process last saw can only be older than the record, never
 	// newer: a stale view makes the commit check again, never skip it.
