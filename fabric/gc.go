@@ -243,6 +243,11 @@ func (f *Fabric) collectRemote(ctx context.Context, req CollectRequest) (Collect
 	rrep, err := rc.Collect(ctx, s3store.CollectOptions{
 		Live: live.Has, Grace: grace, DryRun: req.DryRun, Now: f.now,
 		Guard: func(ids []cas.ID, fn func(keep func(cas.ID) bool) error) error {
+			// A worker that lost its registration is no longer the owner
+			// other workers wait for: it deletes nothing more.
+			if f.Fenced() {
+				return fmt.Errorf("this worker's registration (lease) is lost: %w", errdefs.ErrFailedPrecondition)
+			}
 			return f.store.Guard(ids, func(keep func(cas.ID) bool) error {
 				err := fn(keep)
 				f.tier.Forget(ids)

@@ -256,6 +256,9 @@ func (f *Fabric) beginRemoteGC(ctx context.Context) (remoteGCState, error) {
 				owner.OwnerStarted = w.Started
 			}
 		}
+		if owner.OwnerStarted.IsZero() {
+			return owner, fmt.Errorf("this worker's registration is lost: %w", journal.ErrFailedPrecondition)
+		}
 	}
 	f.rgc.mu.Lock()
 	f.rgc.running = true
