@@ -175,3 +175,59 @@ func TestRemoteGCAcrossWorkers(t *testing.T) {
 		t.Fatalf("a write after the collections checked %d objects again", n-before)
 	}
 }
+
+// TestRemoteGCWritersWait: while the record says a live worker's
+// collection runs, a write session's commit on another worker waits; once
+// it ends, the write checks its objects again and commits. A fork (no
+// content stored or found) does not wait.
+func TestRemoteGCWritersWait(t *testing.T) {
+	testenv.Require(t, "s3")
+	ctx := context.Background()
+	c := etcdtest.Start(t, etcdtest.Options{NoFsync: true})
+	srv := s3test.Start(t)
+	bucket := srv.Bucket(t)
+	prefix := fmt.Sprintf("fab/%d", clusterPrefixes.Add(1))
+	a, _ := openRemoteWorker(t, c, prefix, "wa", remoteStore(t, srv, bucket), nil)
+	b, _ := openRemoteWorker(t, c, prefix, "wb", remoteStore(t, srv, bucket), nil)
+	g := newGroup(t, b, map[string]string{"x": "x"})
+
+	// A "runs" a collection: the record as beginRemoteGC writes it.
+	st, err := a.beginRemoteGC(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "during"), []byte("written during a collection"), 0o644)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.CreateGroupFrom(ctx, ImportSource{Path: src}, CreateGroupRequest{})
+		done <- err
+	}()
+	waitFor(t, "B's commit to see the running collection", func() bool {
+		b.rgc.mu.Lock()
+		defer b.rgc.mu.Unlock()
+		return b.rgc.seen.Gen == st.Gen && b.rgc.seen.Active
+	})
+	if _, err := b.Fork(ctx, ForkRequest{NodeID: g.Node.NodeID, N: 1}); err != nil {
+		t.Fatalf("a fork during the collection: %v", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("B's write committed while A's collection ran: %v", err)
+	default:
+	}
+	before := b.rgc.rechecked.Load()
+	if err := a.endRemoteGC(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("B's write after the collection: %v", err)
+	}
+	if b.rgc.rechecked.Load() == before {
+		t.Fatal("B's write did not check its objects again after the collection")
+	}
+	fr, err := b.FsckRemote(ctx)
+	if err != nil || len(fr.Missing) != 0 || len(fr.Bad) != 0 {
+		t.Fatalf("fsck --remote: %+v, %v", fr, err)
+	}
+}
