@@ -37,6 +37,12 @@ func TestPauseResumeForkSnapshot(t *testing.T) {
 	if h.call(t, "GET", "/v2/sandboxes?state=paused", nil, &list); len(list) != 1 || list[0].SandboxID != sb.SandboxID {
 		t.Fatalf("list paused: %+v", list)
 	}
+	if h.call(t, "GET", "/v2/sandboxes", nil, &list); len(list) != 1 || list[0].State != "paused" {
+		t.Fatalf("list v2, every state: %+v", list)
+	}
+	if h.call(t, "GET", "/sandboxes", nil, &list); len(list) != 0 {
+		t.Fatalf("list v1, running only: %+v", list)
+	}
 	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/connect", map[string]any{"timeout": 300, "memory": true}, nil); st != 400 {
 		t.Fatalf("connect with memory: %d", st)
 	}

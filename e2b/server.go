@@ -579,7 +579,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) (int, any, error) 
 			return 0, nil, httpErr(http.StatusBadRequest, "metadata %q: %v", m, err)
 		}
 	}
-	states := map[string]bool{"running": true}
+	// v1 lists the running sandboxes; v2 every state unless filtered.
+	states := map[string]bool{"running": true, "paused": strings.HasPrefix(r.URL.Path, "/v2/")}
 	if st := q.Get("state"); st != "" {
 		states = map[string]bool{}
 		for _, v := range strings.Split(st, ",") {
@@ -588,8 +589,6 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) (int, any, error) 
 			}
 			states[v] = true
 		}
-	} else if !strings.HasPrefix(r.URL.Path, "/v2/") {
-		states["paused"] = false
 	}
 	limit := 100
 	if l := q.Get("limit"); l != "" {
