@@ -97,6 +97,10 @@ func serveE2B(cmd *cli.Command, f *fabric.Fabric, limits executor.Limits, rootUI
 		}
 	}()
 	log.Info("e2b front door listening", "addr", ln.Addr().String(), "tls", tlsCfg != nil)
+	if host, _, _ := net.SplitHostPort(addr); tlsCfg == nil && !isLoopback(host) {
+		log.Warn("the E2B front door serves plain HTTP beyond loopback: API keys and access tokens cross the network in clear (--e2b-tls-cert)",
+			"addr", addr)
+	}
 	grace := cmd.Duration("shutdown-grace")
 	return func() {
 		// Commands first: their streams then end, and shutdown need not
@@ -109,4 +113,13 @@ func serveE2B(cmd *cli.Command, f *fabric.Fabric, limits executor.Limits, rootUI
 		}
 		<-done
 	}, nil
+}
+
+// isLoopback reports whether host names only this machine.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
