@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 )
 
 // TestClientReusesItsConnection: a client making calls one after another
@@ -20,11 +21,11 @@ func TestClientReusesItsConnection(t *testing.T) {
 	ctx := context.Background()
 	src := filepath.Join(t.TempDir(), "src")
 	writeTree(t, src, map[string]string{"a.txt": "alpha"})
-	imp, err := h.client.Import(ctx, src, CallOptions{})
+	imp, err := h.client.Import(ctx, src, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := h.client.CreateGroup(ctx, fabric.CreateGroupRequest{RootID: imp.RootID.String()}, CallOptions{})
+	g, err := h.client.CreateGroup(ctx, v1.CreateGroupRequest{RootID: imp.RootID.String()}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,20 +35,20 @@ func TestClientReusesItsConnection(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		minReply int
-		call     func(ctx context.Context, opt CallOptions) error
+		call     func(ctx context.Context, opt client.CallOptions) error
 	}{
-		{"small reply (inspect)", 0, func(ctx context.Context, opt CallOptions) error {
+		{"small reply (inspect)", 0, func(ctx context.Context, opt client.CallOptions) error {
 			_, err := h.client.Inspect(ctx, g.Node.NodeID, opt)
 			return err
 		}},
-		{"chunked reply (fork -n 20)", 4 << 10, func(ctx context.Context, opt CallOptions) error {
-			_, err := h.client.Fork(ctx, fabric.ForkRequest{NodeID: g.Node.NodeID, N: 20}, opt)
+		{"chunked reply (fork -n 20)", 4 << 10, func(ctx context.Context, opt client.CallOptions) error {
+			_, err := h.client.Fork(ctx, v1.ForkRequest{NodeID: g.Node.NodeID, N: 20}, opt)
 			return err
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var raw []byte
-			if err := tc.call(ctx, CallOptions{Raw: &raw}); err != nil {
+			if err := tc.call(ctx, client.CallOptions{Raw: &raw}); err != nil {
 				t.Fatal(err)
 			}
 			if len(raw) < tc.minReply {
@@ -61,7 +62,7 @@ func TestClientReusesItsConnection(t *testing.T) {
 				}
 			}})
 			for range 20 {
-				if err := tc.call(tctx, CallOptions{}); err != nil {
+				if err := tc.call(tctx, client.CallOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -1,7 +1,7 @@
 package api
 
 import (
-	"github.com/esf-dev/esf/api/v1"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/s3"
 	"github.com/esf-dev/esf/export"
@@ -41,7 +41,6 @@ func mergeRequest(r v1.MergeRequest) fabric.MergeRequest          { return fabri
 func exportNodeRequest(r v1.ExportNodeRequest) fabric.ExportRequest {
 	return fabric.ExportRequest(r)
 }
-func exportInfo(r v1.ExportInfo) fabric.ExportInfo { return fabric.ExportInfo(r) }
 
 // Records and results.
 
@@ -188,6 +187,14 @@ func exportNodeResult(r fabric.ExportResult) v1.ExportNodeResult {
 }
 
 func idView(id cas.ID) v1.ID { return v1.ID(id) }
+
+// idList is ids as a never-null list.
+func idList(ids []cas.ID) []v1.ID {
+	if ids == nil {
+		return []v1.ID{}
+	}
+	return each(ids, idView)
+}
 
 func entryView(e cas.Entry) v1.Entry {
 	return v1.Entry{

@@ -166,5 +166,4 @@ func TestRequestViewsDecodeAsRecords(t *testing.T) {
 	sameRequest(t, collectRequest)
 	sameRequest(t, mergeRequest)
 	sameRequest(t, exportNodeRequest)
-	sameRequest(t, exportInfo)
 }

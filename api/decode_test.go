@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/esf-dev/esf/api/internal/wire"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
 )
@@ -75,9 +77,9 @@ var decoders = []struct {
 	decode func(*http.Request) (any, error)
 	valid  func(any) bool
 }{
-	{"import", anyDecoder(decodeImport), func(v any) bool { return cleanAbs(v.(ImportRequest).Source) }},
+	{"import", anyDecoder(decodeImport), func(v any) bool { return cleanAbs(v.(v1.ImportRequest).Source) }},
 	{"export", anyDecoder(decodeExport), func(v any) bool {
-		r := v.(ExportRequest)
+		r := v.(v1.ExportRequest)
 		return r.ID != "" && cleanAbs(r.To)
 	}},
 	{"fsck", anyDecoder(decodeFsck), nil},
@@ -197,8 +199,8 @@ func TestStatusTable(t *testing.T) {
 	// A status that only one code uses maps back to that code, for
 	// responses that lost their body.
 	for s, cs := range byStatus {
-		if len(cs) == 1 && codeForStatus(s) != cs[0] {
-			t.Errorf("codeForStatus(%d) = %s, want %s", s, codeForStatus(s), cs[0])
+		if len(cs) == 1 && wire.CodeForStatus(s) != cs[0] {
+			t.Errorf("wire.CodeForStatus(%d) = %s, want %s", s, wire.CodeForStatus(s), cs[0])
 		}
 	}
 	if HTTPStatus("no_such_code") != 500 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/esf-dev/esf/errdefs"
 )
@@ -35,34 +34,6 @@ func HTTPStatus(code errdefs.Code) int {
 		return s
 	}
 	return http.StatusInternalServerError
-}
-
-// codeForStatus guesses a code for a response that carries none (a proxy, a
-// crash before the handler wrote its body). Statuses shared by several codes
-// map to the most general one.
-func codeForStatus(status int) errdefs.Code {
-	switch status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType,
-		http.StatusMethodNotAllowed:
-		return errdefs.CodeInvalidArgument
-	case http.StatusUnauthorized:
-		return errdefs.CodeUnauthenticated
-	case http.StatusNotFound:
-		return errdefs.CodeNotFound
-	case http.StatusConflict:
-		return errdefs.CodeConflict
-	case http.StatusPreconditionFailed:
-		return errdefs.CodeFailedPrecondition
-	case http.StatusTooManyRequests:
-		return errdefs.CodeQuotaExceeded
-	case http.StatusNotImplemented:
-		return errdefs.CodeUnsupported
-	case http.StatusServiceUnavailable, http.StatusBadGateway:
-		return errdefs.CodeUnavailable
-	case http.StatusGatewayTimeout:
-		return errdefs.CodeDeadlineExceeded
-	}
-	return errdefs.CodeInternal
 }
 
 // ErrorBody is the body of every error response and of the Esf-Error trailer.
@@ -97,13 +68,4 @@ func decodeJSON[T any](r io.Reader) (T, error) {
 		return v, fmt.Errorf("decode request: trailing data after the JSON object: %w", errdefs.ErrInvalidArgument)
 	}
 	return v, nil
-}
-
-// mediaType is the lowercased media type of a Content-Type header, without
-// parameters.
-func mediaType(h string) string {
-	if i := strings.IndexByte(h, ';'); i >= 0 {
-		h = h[:i]
-	}
-	return strings.ToLower(strings.TrimSpace(h))
 }

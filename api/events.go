@@ -10,51 +10,17 @@ import (
 	"strconv"
 	"strings"
 
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/journal"
 )
 
-// EventsQuery selects events: GET /v1/events?after=N&group=G&node=N&
-// attempt=A&type=T&follow=1. Zero fields select everything.
-type EventsQuery struct {
-	// After is the sequence number to continue from: only events with a
-	// larger Seq are sent.
-	After     uint64
-	GroupID   string
-	NodeID    string
-	AttemptID string
-	// Types are exact types ("node.forked") or "record.*" prefixes.
-	Types []string
-	// Follow keeps the stream open and sends events as they commit.
-	Follow bool
-}
-
-// Values encodes q as the query string of GET /v1/events.
-func (q EventsQuery) Values() url.Values {
-	v := url.Values{}
-	if q.After > 0 {
-		v.Set("after", strconv.FormatUint(q.After, 10))
-	}
-	for k, s := range map[string]string{"group": q.GroupID, "node": q.NodeID, "attempt": q.AttemptID} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
-	for _, t := range q.Types {
-		v.Add("type", t)
-	}
-	if q.Follow {
-		v.Set("follow", "1")
-	}
-	return v
-}
-
 // parseEventsQuery reads the query string strictly: an unknown or repeated
 // parameter is invalid_argument, as an unknown JSON field is elsewhere.
-func parseEventsQuery(v url.Values) (EventsQuery, error) {
-	var q EventsQuery
-	bad := func(format string, args ...any) (EventsQuery, error) {
-		return EventsQuery{}, fmt.Errorf("events: "+format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+func parseEventsQuery(v url.Values) (v1.EventsQuery, error) {
+	var q v1.EventsQuery
+	bad := func(format string, args ...any) (v1.EventsQuery, error) {
+		return v1.EventsQuery{}, fmt.Errorf("events: "+format+": %w", append(args, errdefs.ErrInvalidArgument)...)
 	}
 	for name, vals := range v {
 		if name != "type" && len(vals) != 1 {
@@ -71,7 +37,7 @@ func parseEventsQuery(v url.Values) (EventsQuery, error) {
 		case "group", "node", "attempt":
 			kind := map[string]journal.Kind{"group": journal.KindGroup, "node": journal.KindNode, "attempt": journal.KindAttempt}[name]
 			if err := journal.CheckID(kind, val); err != nil {
-				return EventsQuery{}, fmt.Errorf("events: %s: %w", name, err)
+				return v1.EventsQuery{}, fmt.Errorf("events: %s: %w", name, err)
 			}
 			switch name {
 			case "group":
@@ -134,9 +100,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	}
 	rc := http.NewResponseController(w)
 	h := w.Header()
-	h.Set("Content-Type", MediaNDJSON)
+	h.Set("Content-Type", v1.MediaNDJSON)
 	h.Set("Cache-Control", "no-store")
-	h.Set("Trailer", TrailerStatus+", "+TrailerError)
+	h.Set("Trailer", v1.TrailerStatus+", "+v1.TrailerError)
 	w.WriteHeader(http.StatusOK)
 	// A follower learns at once that the stream is established.
 	_ = rc.Flush()
@@ -158,13 +124,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch {
 	case err == nil:
-		h.Set(TrailerStatus, "ok")
+		h.Set(v1.TrailerStatus, "ok")
 		return nil
 	case r.Context().Err() != nil:
 		// The client left; nobody reads the trailers.
 		return nil
 	}
-	h.Set(TrailerStatus, "error")
-	h.Set(TrailerError, asciiJSON(errdefs.Wire(err)))
+	h.Set(v1.TrailerStatus, "error")
+	h.Set(v1.TrailerError, asciiJSON(errdefs.Wire(err)))
 	return err
 }

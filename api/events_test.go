@@ -8,16 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/journal"
 )
 
-func collectEvents(t *testing.T, h *harness, q EventsQuery) []journal.Event {
+func collectEvents(t *testing.T, h *harness, q v1.EventsQuery) []journal.Event {
 	t.Helper()
 	var evs []journal.Event
-	if err := h.client.Events(context.Background(), q, func(ev journal.Event) error {
-		evs = append(evs, ev)
+	if err := h.client.Events(context.Background(), q, func(ev v1.Event) error {
+		evs = append(evs, journal.Event(ev))
 		return nil
 	}); err != nil {
 		t.Fatalf("events %+v: %v", q, err)
@@ -31,16 +32,16 @@ func TestEventsListAndFilter(t *testing.T) {
 	src := newSource(t, map[string]string{"f": "x"})
 	var groups []string
 	for range 2 {
-		g, err := h.client.CreateGroup(ctx, fabric.CreateGroupRequest{Source: src}, CallOptions{})
+		g, err := h.client.CreateGroup(ctx, v1.CreateGroupRequest{Source: src}, client.CallOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.client.Fork(ctx, fabric.ForkRequest{NodeID: g.Node.NodeID, N: 2}, CallOptions{IdempotencyKey: "fork-" + g.Group.GroupID}); err != nil {
+		if _, err := h.client.Fork(ctx, v1.ForkRequest{NodeID: g.Node.NodeID, N: 2}, client.CallOptions{IdempotencyKey: "fork-" + g.Group.GroupID}); err != nil {
 			t.Fatal(err)
 		}
 		groups = append(groups, g.Group.GroupID)
 	}
-	all := collectEvents(t, h, EventsQuery{})
+	all := collectEvents(t, h, v1.EventsQuery{})
 	// group.created, node.created, 2 x node.forked, per group.
 	if len(all) != 8 {
 		t.Fatalf("%d events, want 8: %+v", len(all), all)
@@ -50,25 +51,25 @@ func TestEventsListAndFilter(t *testing.T) {
 			t.Fatalf("event %d: %+v", i, ev)
 		}
 	}
-	one := collectEvents(t, h, EventsQuery{GroupID: groups[1]})
+	one := collectEvents(t, h, v1.EventsQuery{GroupID: groups[1]})
 	if len(one) != 4 || one[0].GroupID != groups[1] || one[3].IdempotencyKey != "fork-"+groups[1] {
 		t.Fatalf("group filter: %+v", one)
 	}
-	forks := collectEvents(t, h, EventsQuery{Types: []string{"node.forked"}, After: 4})
+	forks := collectEvents(t, h, v1.EventsQuery{Types: []string{"node.forked"}, After: 4})
 	if len(forks) != 2 || forks[0].Seq != 7 {
 		t.Fatalf("type filter after 4: %+v", forks)
 	}
-	prefix := collectEvents(t, h, EventsQuery{Types: []string{"group.*", "node.created"}})
+	prefix := collectEvents(t, h, v1.EventsQuery{Types: []string{"group.*", "node.created"}})
 	if len(prefix) != 4 || prefix[0].Type != journal.EventGroupCreated || prefix[1].Type != journal.EventNodeCreated {
 		t.Fatalf("type prefix filter: %+v", prefix)
 	}
-	if got := collectEvents(t, h, EventsQuery{After: 8}); len(got) != 0 {
+	if got := collectEvents(t, h, v1.EventsQuery{After: 8}); len(got) != 0 {
 		t.Fatalf("after the last event: %+v", got)
 	}
 }
 
 func TestEventsQueryRoundTrip(t *testing.T) {
-	q := EventsQuery{After: 12, GroupID: "grp_1", NodeID: "node_2", AttemptID: "att_3", Types: []string{"a.b", "c.*"}, Follow: true}
+	q := v1.EventsQuery{After: 12, GroupID: "grp_1", NodeID: "node_2", AttemptID: "att_3", Types: []string{"a.b", "c.*"}, Follow: true}
 	got, err := parseEventsQuery(q.Values())
 	if err != nil || !reflect.DeepEqual(got, q) {
 		t.Fatalf("round trip: %+v, %v", got, err)
@@ -88,13 +89,13 @@ func TestEventsQueryRoundTrip(t *testing.T) {
 
 // follow runs a follow stream in the background and hands its events over
 // a channel; the returned channel gets the stream's end.
-func follow(h *harness, ctx context.Context, q EventsQuery) (<-chan journal.Event, <-chan error) {
+func follow(h *harness, ctx context.Context, q v1.EventsQuery) (<-chan journal.Event, <-chan error) {
 	evs := make(chan journal.Event, 64)
 	done := make(chan error, 1)
 	q.Follow = true
 	go func() {
-		done <- h.client.Events(ctx, q, func(ev journal.Event) error {
-			evs <- ev
+		done <- h.client.Events(ctx, q, func(ev v1.Event) error {
+			evs <- journal.Event(ev)
 			return nil
 		})
 	}()
@@ -118,20 +119,20 @@ func TestEventsFollow(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	bg := context.Background()
 	src := newSource(t, map[string]string{"f": "x"})
-	g, err := h.client.CreateGroup(bg, fabric.CreateGroupRequest{Source: src}, CallOptions{})
+	g, err := h.client.CreateGroup(bg, v1.CreateGroupRequest{Source: src}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	evs, done := follow(h, ctx, EventsQuery{GroupID: g.Group.GroupID})
+	evs, done := follow(h, ctx, v1.EventsQuery{GroupID: g.Group.GroupID})
 	if ev := nextEvent(t, evs); ev.Type != journal.EventGroupCreated {
 		t.Fatalf("first event %+v", ev)
 	}
 	if ev := nextEvent(t, evs); ev.Type != journal.EventNodeCreated {
 		t.Fatalf("second event %+v", ev)
 	}
-	f, err := h.client.Fork(bg, fabric.ForkRequest{NodeID: g.Node.NodeID}, CallOptions{})
+	f, err := h.client.Fork(bg, v1.ForkRequest{NodeID: g.Node.NodeID}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestEventsFollow(t *testing.T) {
 		t.Fatalf("followed event %+v", ev)
 	}
 	// Another group's events do not reach this follower.
-	if _, err := h.client.CreateGroup(bg, fabric.CreateGroupRequest{Source: src}, CallOptions{}); err != nil {
+	if _, err := h.client.CreateGroup(bg, v1.CreateGroupRequest{Source: src}, client.CallOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -164,7 +165,7 @@ func TestEventsFollow(t *testing.T) {
 // grace period; it is told the daemon went away (unavailable).
 func TestEventsFollowEndsOnShutdown(t *testing.T) {
 	h := newHarness(t, time.Minute)
-	_, done := follow(h, context.Background(), EventsQuery{})
+	_, done := follow(h, context.Background(), v1.EventsQuery{})
 	waitFor(t, func() bool { return h.srv.active.Load() == 1 })
 	start := time.Now()
 	h.stop()

@@ -1,30 +1,29 @@
 package api
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httputil"
 	"sync"
 	"time"
 
+	"github.com/esf-dev/esf/api/internal/wire"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
 )
 
-// The interactive form of POST /v1/exec: Content-Type MediaExecStream and
+// The interactive form of POST /v1/exec: Content-Type v1.MediaExecStream and
 // a request body made of frames, read by the server while it writes the
 // response (HTTP/1.1 full duplex), so one exchange carries both ways:
 //
-//	up:   FrameRequest (first, the JSON fabric.ExecRequest), then any of
-//	      FrameStdin (bytes; an empty one ends stdin) and FrameResize.
-//	down: FrameStdout, FrameStderr, FrameStdinAck, and FrameExit last.
+//	up:   v1.FrameRequest (first, the JSON v1.ExecRequest), then any of
+//	      v1.FrameStdin (bytes; an empty one ends stdin) and v1.FrameResize.
+//	down: v1.FrameStdout, v1.FrameStderr, v1.FrameStdinAck, and v1.FrameExit last.
 //
 // With a terminal, the end of stdin is sent as the terminal's end-of-file
 // character (^D): a terminal has no other way to say it.
@@ -38,8 +37,8 @@ import (
 // Flow control: the server reads the body all the time, so that it sees a
 // client leave even while the command does not read its stdin; instead of
 // pushing back through the socket it grants credit. A client may have at
-// most StdinWindow bytes of stdin sent and not yet acknowledged; each
-// FrameStdinAck gives back what the command's stdin took. Stdin beyond
+// most v1.StdinWindow bytes of stdin sent and not yet acknowledged; each
+// v1.FrameStdinAck gives back what the command's stdin took. Stdin beyond
 // the window, stdin after its end or without Stdin in the request, and
 // frames the server does not know are invalid_argument and kill the
 // command. Resize frames without a terminal are ignored.
@@ -48,9 +47,6 @@ import (
 // would lose track of a hijacked connection, so graceful shutdown neither
 // waits for such a command nor cancels it; full duplex keeps the exchange
 // an ordinary request.
-
-// StdinWindow is how many bytes of stdin a client may have in flight.
-const StdinWindow = 256 << 10
 
 // requestFrameTimeout bounds the wait for the request frame, as the
 // server's ReadHeaderTimeout bounds the headers.
@@ -70,22 +66,23 @@ func serveInteractive(w http.ResponseWriter, r *http.Request, run execFunc) erro
 	// server's own drain of it after the response must not wait for a
 	// client that keeps it open.
 	defer rc.SetReadDeadline(time.Now())
-	fr := newFrameReader(r.Body)
+	fr := wire.NewReader(r.Body)
 	// The request frame comes with the headers; a client that sends none
 	// does not hold a handler.
 	rc.SetReadDeadline(time.Now().Add(requestFrameTimeout))
-	id, p, err := fr.next(maxJSONBody)
+	id, p, err := fr.Next(maxJSONBody)
 	rc.SetReadDeadline(time.Time{})
-	if err != nil || id != FrameRequest {
+	if err != nil || id != v1.FrameRequest {
 		if err == nil {
 			err = fmt.Errorf("frame id %d", id)
 		}
 		return fmt.Errorf("exec: the stream must start with a request frame: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
-	req, err := decodeJSON[fabric.ExecRequest](bytes.NewReader(p))
+	view, err := decodeJSON[v1.ExecRequest](bytes.NewReader(p))
 	if err != nil {
 		return fmt.Errorf("exec: %w", err)
 	}
+	req := execRequest(view)
 	if err := checkExec(&req); err != nil {
 		return err
 	}
@@ -93,7 +90,7 @@ func serveInteractive(w http.ResponseWriter, r *http.Request, run execFunc) erro
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	ls := &lazyStream{w: w, start: startExecStream}
-	fw := &frameWriter{w: ls, flush: rc.Flush}
+	fw := wire.NewWriter(ls, rc.Flush)
 	x := &session{req: req, fw: fw, cancel: cancel, in: newStdinQueue()}
 	readDone := make(chan struct{})
 	go func() {
@@ -101,18 +98,13 @@ func serveInteractive(w http.ResponseWriter, r *http.Request, run execFunc) erro
 		x.readBody(fr)
 	}()
 	streams := fabric.ExecStreams{
-		Stdout: fw.stream(FrameStdout),
-		Stderr: fw.stream(FrameStderr),
+		Stdout: fw.Stream(v1.FrameStdout),
+		Stderr: fw.Stream(v1.FrameStderr),
 		Started: func(stdin io.WriteCloser, resize func(rows, cols uint16) error) {
 			x.started(stdin, resize)
 			// The command runs: say so now rather than at its first
 			// output, which may wait for stdin.
-			fw.mu.Lock()
-			ls.begin()
-			if fw.err == nil {
-				fw.err = fw.flush()
-			}
-			fw.mu.Unlock()
+			fw.Start(ls.begin)
 		},
 	}
 	res, err := run(ctx, req, streams)
@@ -133,7 +125,7 @@ func serveInteractive(w http.ResponseWriter, r *http.Request, run execFunc) erro
 // session is the server's side of one interactive exec.
 type session struct {
 	req    fabric.ExecRequest
-	fw     *frameWriter
+	fw     *wire.Writer
 	cancel context.CancelCauseFunc
 	in     *stdinQueue
 	pumps  sync.WaitGroup
@@ -145,15 +137,15 @@ type session struct {
 }
 
 // readBody reads the client's frames until the body ends or breaks.
-func (x *session) readBody(fr *frameReader) {
+func (x *session) readBody(fr *wire.Reader) {
 	for {
-		id, p, err := fr.next(maxFramePayload)
+		id, p, err := fr.Next(wire.MaxPayload)
 		if err != nil {
 			if err == io.EOF {
 				x.in.end() // the client is done sending; it still reads
 				return
 			}
-			if errors.Is(err, errBadStream) {
+			if errors.Is(err, wire.ErrBadStream) {
 				x.fail(fmt.Errorf("exec stream: %v: %w", err, errdefs.ErrInvalidArgument))
 				return
 			}
@@ -162,7 +154,7 @@ func (x *session) readBody(fr *frameReader) {
 			return
 		}
 		switch id {
-		case FrameStdin:
+		case v1.FrameStdin:
 			if !x.req.Stdin {
 				x.fail(fmt.Errorf("exec stream: stdin frame without stdin in the request: %w", errdefs.ErrInvalidArgument))
 				return
@@ -175,7 +167,7 @@ func (x *session) readBody(fr *frameReader) {
 				x.fail(err)
 				return
 			}
-		case FrameResize:
+		case v1.FrameResize:
 			if len(p) != 4 {
 				x.fail(fmt.Errorf("exec stream: resize frame of %d bytes, want 4: %w", len(p), errdefs.ErrInvalidArgument))
 				return
@@ -266,7 +258,7 @@ func (x *session) pumpStdin(stdin io.WriteCloser) {
 		var ack [4]byte
 		binary.BigEndian.PutUint32(ack[:], uint32(len(chunk)))
 		x.in.release(len(chunk))
-		if x.fw.frame(FrameStdinAck, ack[:]) != nil {
+		if x.fw.Frame(v1.FrameStdinAck, ack[:]) != nil {
 			broken = true // the client is gone; the reader cancels
 		}
 	}
@@ -307,8 +299,8 @@ func (q *stdinQueue) push(p []byte) error {
 	switch {
 	case q.ended:
 		return fmt.Errorf("exec stream: stdin after its end: %w", errdefs.ErrInvalidArgument)
-	case q.bytes+len(p) > StdinWindow:
-		return fmt.Errorf("exec stream: %d bytes of stdin in flight, window %d: %w", q.bytes+len(p), StdinWindow, errdefs.ErrInvalidArgument)
+	case q.bytes+len(p) > v1.StdinWindow:
+		return fmt.Errorf("exec stream: %d bytes of stdin in flight, window %d: %w", q.bytes+len(p), v1.StdinWindow, errdefs.ErrInvalidArgument)
 	}
 	if !q.closed {
 		q.chunks = append(q.chunks, p)
@@ -361,186 +353,4 @@ func (q *stdinQueue) release(n int) {
 	q.mu.Lock()
 	q.bytes -= n
 	q.mu.Unlock()
-}
-
-// credit is the client's side of the stdin window.
-type credit struct {
-	mu   sync.Mutex
-	n    int
-	more chan struct{}
-	done <-chan struct{}
-}
-
-func newCredit(n int, done <-chan struct{}) *credit {
-	return &credit{n: n, more: make(chan struct{}, 1), done: done}
-}
-
-// take waits for credit and takes up to max bytes of it; false once done.
-func (c *credit) take(max int) (int, bool) {
-	for {
-		c.mu.Lock()
-		if c.n > 0 {
-			k := min(c.n, max)
-			c.n -= k
-			c.mu.Unlock()
-			return k, true
-		}
-		c.mu.Unlock()
-		select {
-		case <-c.more:
-		case <-c.done:
-			return 0, false
-		}
-	}
-}
-
-// give returns n bytes of credit (an ack, or credit taken and not used).
-func (c *credit) give(n int) {
-	if n <= 0 {
-		return
-	}
-	c.mu.Lock()
-	c.n += n
-	c.mu.Unlock()
-	select {
-	case c.more <- struct{}{}:
-	default:
-	}
-}
-
-// execInteractive runs req over the interactive form, on a connection of
-// its own rather than through the http.Transport: a Transport whose
-// request fails waits for the request body's Read to return before it
-// returns, and this body's next bytes may be a keystroke away. Here every
-// way out closes the connection, which unblocks everything but a
-// caller's Stdin.Read.
-func (c *Client) execInteractive(ctx context.Context, req fabric.ExecRequest, s ExecStreams) (fabric.ExecResult, error) {
-	b, err := json.Marshal(req)
-	if err != nil {
-		return fabric.ExecResult{}, &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: err.Error()}
-	}
-	hr, err := c.newRequest(ctx, http.MethodPost, "/v1/exec", nil, MediaExecStream, CallOptions{})
-	if err != nil {
-		return fabric.ExecResult{}, err
-	}
-	conn, err := c.dial(ctx)
-	if err != nil {
-		return fabric.ExecResult{}, c.transportError(ctx, err)
-	}
-	done := make(chan struct{}) // the command ended, or ExecIO gives up
-	var wg sync.WaitGroup
-	defer func() {
-		close(done)
-		conn.Close()
-		wg.Wait()
-	}()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-
-	bw := bufio.NewWriter(conn)
-	auth := ""
-	if c.token != "" {
-		auth = "Authorization: Bearer " + c.token + "\r\n"
-	}
-	fmt.Fprintf(bw, "POST /v1/exec HTTP/1.1\r\nHost: %s\r\n%sContent-Type: %s\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
-		c.host, auth, MediaExecStream)
-	// Each frame is a chunk or two, flushed whole.
-	up := &frameWriter{w: httputil.NewChunkedWriter(bw), flush: bw.Flush}
-	if err := up.frame(FrameRequest, b); err != nil {
-		return fabric.ExecResult{}, c.transportError(ctx, err)
-	}
-	cr := newCredit(StdinWindow, done)
-	stdinErr := make(chan error, 1)
-	if s.Stdin != nil {
-		// Not in wg: it may be blocked in s.Stdin.Read (see ExecStreams).
-		go sendStdin(s.Stdin, up, cr, done, stdinErr, func() { conn.Close() })
-	}
-	if s.Resize != nil && req.TTY {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sendSizes(s.Resize, up, done)
-		}()
-	}
-
-	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 32<<10), hr)
-	if err != nil {
-		return fabric.ExecResult{}, c.stdinFailure(stdinErr, c.transportError(ctx, err))
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return fabric.ExecResult{}, errorFromResponse(resp)
-	}
-	if err := checkExecResponse(resp); err != nil {
-		return fabric.ExecResult{}, err
-	}
-	p, err := readOutput(newFrameReader(resp.Body), s.Stdout, s.Stderr, func(n uint32) { cr.give(int(n)) })
-	if err != nil {
-		return fabric.ExecResult{}, c.stdinFailure(stdinErr, c.streamError(ctx, err))
-	}
-	return exitPayload(p)
-}
-
-// stdinFailure prefers a failure to read the caller's stdin, which killed
-// the command, to what the exchange saw of it.
-func (c *Client) stdinFailure(stdinErr <-chan error, err error) error {
-	select {
-	case serr := <-stdinErr:
-		return &errdefs.Error{Code: errdefs.CodeOf(serr), Message: fmt.Sprintf("exec: read stdin: %v", serr)}
-	default:
-		return err
-	}
-}
-
-// sendStdin copies r up as stdin frames within the window, then ends
-// stdin. A read error kills the command (cancel) and is reported.
-func sendStdin(r io.Reader, up *frameWriter, cr *credit, done <-chan struct{}, errc chan<- error, cancel func()) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, ok := cr.take(len(buf))
-		if !ok {
-			return
-		}
-		m, err := r.Read(buf[:n])
-		cr.give(n - m)
-		select {
-		case <-done:
-			return // the command ended while we read: drop it
-		default:
-		}
-		if m > 0 {
-			if up.frame(FrameStdin, buf[:m]) != nil {
-				return
-			}
-		}
-		switch {
-		case err == io.EOF:
-			up.frame(FrameStdin, nil)
-			return
-		case err != nil:
-			errc <- err
-			cancel()
-			return
-		}
-	}
-}
-
-// sendSizes forwards window sizes until the command ends.
-func sendSizes(sizes <-chan [2]uint16, up *frameWriter, done <-chan struct{}) {
-	for {
-		select {
-		case <-done:
-			return
-		case sz, ok := <-sizes:
-			if !ok {
-				return
-			}
-			var p [4]byte
-			binary.BigEndian.PutUint16(p[:], sz[0])
-			binary.BigEndian.PutUint16(p[2:], sz[1])
-			if up.frame(FrameResize, p[:]) != nil {
-				return
-			}
-		}
-	}
 }

@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esf-dev/esf/api/client"
+	"github.com/esf-dev/esf/api/internal/wire"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
 )
@@ -101,7 +104,7 @@ func (f *fakeExec) run(ctx context.Context, req fabric.ExecRequest, st fabric.Ex
 
 // fakeServer serves f's exec through the real request plumbing on a unix
 // socket and returns a client of it.
-func fakeServer(t *testing.T, f *fakeExec) *Client {
+func fakeServer(t *testing.T, f *fakeExec) *client.Client {
 	t.Helper()
 	c, stop, done := fakeServe(t, f, 5*time.Second)
 	t.Cleanup(func() {
@@ -109,19 +112,19 @@ func fakeServer(t *testing.T, f *fakeExec) *Client {
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-		noGoroutines(t, "api.(*session)", "api.sendSizes", "api.sendStdin", "api.serveInteractive")
+		noGoroutines(t, "api.(*session)", "client.sendSizes", "client.sendStdin", "api.serveInteractive")
 	})
 	return c
 }
 
 // fakeServe starts serving f's exec; stop begins the shutdown, whose
 // result comes on done.
-func fakeServe(t *testing.T, f *fakeExec, grace time.Duration) (*Client, context.CancelFunc, <-chan error) {
+func fakeServe(t *testing.T, f *fakeExec, grace time.Duration) (*client.Client, context.CancelFunc, <-chan error) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "esfd.sock")
 	s := &Server{log: slog.New(slog.DiscardHandler), mux: http.NewServeMux(), stopping: make(chan struct{})}
 	s.handle("POST /v1/exec", true, func(w http.ResponseWriter, r *http.Request) error {
-		f.forms <- mediaType(r.Header.Get("Content-Type"))
+		f.forms <- wire.MediaType(r.Header.Get("Content-Type"))
 		return serveExec(w, r, f.run)
 	})
 	c, cancel, done := serveTest(t, s, sock, grace)
@@ -139,7 +142,7 @@ func TestExecIOShutdown(t *testing.T) {
 	defer inW.Close()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.ExecIO(context.Background(), fabric.ExecRequest{AttemptID: "att_1", Args: []string{"wait"}}, ExecStreams{Stdin: inR})
+		_, err := c.ExecIO(context.Background(), v1.ExecRequest{AttemptID: "att_1", Args: []string{"wait"}}, client.ExecStreams{Stdin: inR})
 		errc <- err
 	}()
 	<-f.start
@@ -194,7 +197,7 @@ func TestExecIOStdinRoundTrip(t *testing.T) {
 	f := newFakeExec()
 	c := fakeServer(t, f)
 	ctx := context.Background()
-	in := make([]byte, 3*StdinWindow+12345)
+	in := make([]byte, 3*v1.StdinWindow+12345)
 	rand.Read(in)
 	for _, tc := range []struct {
 		name  string
@@ -212,7 +215,7 @@ func TestExecIOStdinRoundTrip(t *testing.T) {
 			}
 			eofs := f.eofs.Load()
 			var out bytes.Buffer
-			res, err := c.ExecIO(ctx, fabric.ExecRequest{AttemptID: "att_1", Args: []string{"cat"}}, ExecStreams{Stdin: tc.stdin, Stdout: &out})
+			res, err := c.ExecIO(ctx, v1.ExecRequest{AttemptID: "att_1", Args: []string{"cat"}}, client.ExecStreams{Stdin: tc.stdin, Stdout: &out})
 			if err != nil || res.ExitCode != 0 {
 				t.Fatalf("cat: %+v, %v", res, err)
 			}
@@ -222,24 +225,24 @@ func TestExecIOStdinRoundTrip(t *testing.T) {
 			if f.eofs.Load() != eofs+1 {
 				t.Fatal("the command never saw the end of stdin")
 			}
-			if got := <-f.forms; got != MediaExecStream {
+			if got := <-f.forms; got != v1.MediaExecStream {
 				t.Fatalf("stdin went as %s", got)
 			}
 		})
 	}
 	var out, errb bytes.Buffer
-	res, err := c.ExecIO(ctx, fabric.ExecRequest{AttemptID: "att_1", Args: []string{"wc"}}, ExecStreams{Stdin: bytes.NewReader(in), Stdout: &out, Stderr: &errb})
+	res, err := c.ExecIO(ctx, v1.ExecRequest{AttemptID: "att_1", Args: []string{"wc"}}, client.ExecStreams{Stdin: bytes.NewReader(in), Stdout: &out, Stderr: &errb})
 	if err != nil || out.String() != fmt.Sprintf("%d\n", len(in)) || errb.String() != "counted\n" {
 		t.Fatalf("wc: %+v %v: stdout %q stderr %q", res, err, out.String(), errb.String())
 	}
 	<-f.forms
 	// Without stdin or terminal the plain form is used, as by Exec.
 	out.Reset()
-	res, err = c.Exec(ctx, fabric.ExecRequest{AttemptID: "att_1", Args: []string{"echo", "plain"}}, &out, nil)
+	res, err = c.Exec(ctx, v1.ExecRequest{AttemptID: "att_1", Args: []string{"echo", "plain"}}, &out, nil)
 	if err != nil || res.ExitCode != 3 || out.String() != "plain\n" {
 		t.Fatalf("plain exec: %+v %v %q", res, err, out.String())
 	}
-	if got := <-f.forms; got != MediaJSON {
+	if got := <-f.forms; got != v1.MediaJSON {
 		t.Fatalf("a plain exec went as %s", got)
 	}
 }
@@ -265,13 +268,13 @@ func TestExecIOTerminal(t *testing.T) {
 	sizes <- [2]uint16{30, 90} // before the command runs
 	out := &syncBuffer{}
 	type result struct {
-		res fabric.ExecResult
+		res v1.ExecResult
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := c.ExecIO(context.Background(), fabric.ExecRequest{AttemptID: "att_1", Args: []string{"shell"}, TTY: true, Rows: 24, Cols: 80},
-			ExecStreams{Stdin: inR, Stdout: out, Resize: sizes})
+		res, err := c.ExecIO(context.Background(), v1.ExecRequest{AttemptID: "att_1", Args: []string{"shell"}, TTY: true, Rows: 24, Cols: 80},
+			client.ExecStreams{Stdin: inR, Stdout: out, Resize: sizes})
 		done <- result{res, err}
 	}()
 	waitOutput(t, out, "tty 24 80\n")
@@ -299,8 +302,8 @@ func TestExecIOTerminal(t *testing.T) {
 	// Resize without a terminal is ignored; a terminal without stdin is
 	// interactive too (its output is a terminal's).
 	out = &syncBuffer{}
-	res, err := c.ExecIO(context.Background(), fabric.ExecRequest{AttemptID: "att_1", Args: []string{"shell"}, TTY: true, Rows: 5, Cols: 6},
-		ExecStreams{Stdout: out})
+	res, err := c.ExecIO(context.Background(), v1.ExecRequest{AttemptID: "att_1", Args: []string{"shell"}, TTY: true, Rows: 5, Cols: 6},
+		client.ExecStreams{Stdout: out})
 	if err != nil || res.ExitCode != 0 || out.String() != "tty 5 6\n" {
 		t.Fatalf("tty without stdin: %+v %v %q", res, err, out.String())
 	}
@@ -334,19 +337,19 @@ func TestExecIOCancelKills(t *testing.T) {
 	for _, stdin := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
 		src := &endless{}
-		s := ExecStreams{}
+		s := client.ExecStreams{}
 		if stdin {
 			s.Stdin = src
 		}
 		req := fabric.ExecRequest{AttemptID: "att_1", Args: []string{"wait"}, TTY: !stdin}
 		errc := make(chan error, 1)
 		go func() {
-			_, err := c.ExecIO(ctx, req, s)
+			_, err := c.ExecIO(ctx, v1.ExecRequest(req), s)
 			errc <- err
 		}()
 		<-f.start
 		if stdin {
-			for src.n.Load() < StdinWindow {
+			for src.n.Load() < v1.StdinWindow {
 				time.Sleep(5 * time.Millisecond)
 			}
 		}
@@ -365,8 +368,8 @@ func TestExecIOCancelKills(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("stdin %v: the command lived on after its client left", stdin)
 		}
-		if n := src.n.Load(); n > StdinWindow {
-			t.Fatalf("the client read %d bytes of stdin the command never took; window %d", n, StdinWindow)
+		if n := src.n.Load(); n > v1.StdinWindow {
+			t.Fatalf("the client read %d bytes of stdin the command never took; window %d", n, v1.StdinWindow)
 		}
 	}
 }
@@ -378,14 +381,14 @@ func TestExecIOErrorBeforeStart(t *testing.T) {
 	c := fakeServer(t, f)
 	inR, inW := io.Pipe()
 	defer inW.Close()
-	_, err := c.ExecIO(context.Background(), fabric.ExecRequest{AttemptID: "att_1", Args: []string{"missing"}}, ExecStreams{Stdin: inR})
+	_, err := c.ExecIO(context.Background(), v1.ExecRequest{AttemptID: "att_1", Args: []string{"missing"}}, client.ExecStreams{Stdin: inR})
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("exec that cannot start: %v", err)
 	}
 	inW.Close()
 	// A stdin that fails kills the command and is the error.
-	_, err = c.ExecIO(context.Background(), fabric.ExecRequest{AttemptID: "att_1", Args: []string{"cat"}},
-		ExecStreams{Stdin: io.MultiReader(strings.NewReader("x"), &failingReader{})})
+	_, err = c.ExecIO(context.Background(), v1.ExecRequest{AttemptID: "att_1", Args: []string{"cat"}},
+		client.ExecStreams{Stdin: io.MultiReader(strings.NewReader("x"), &failingReader{})})
 	if err == nil || !strings.Contains(err.Error(), "read stdin: disk on fire") {
 		t.Fatalf("failing stdin: %v", err)
 	}
@@ -401,14 +404,14 @@ func (failingReader) Read([]byte) (int, error) { return 0, errors.New("disk on f
 // frames encodes client frames.
 func frames(fs ...any) []byte {
 	var b bytes.Buffer
-	fw := &frameWriter{w: &b}
+	fw := wire.NewWriter(&b, nil)
 	for i := 0; i < len(fs); i += 2 {
 		p := fs[i+1]
 		switch v := p.(type) {
 		case string:
-			fw.frame(fs[i].(byte), []byte(v))
+			fw.Frame(fs[i].(byte), []byte(v))
 		case []byte:
-			fw.frame(fs[i].(byte), v)
+			fw.Frame(fs[i].(byte), v)
 		}
 	}
 	return b.Bytes()
@@ -424,11 +427,11 @@ func TestExecStreamProtocolErrors(t *testing.T) {
 		b, _ := json.Marshal(fabric.ExecRequest{AttemptID: "att_1", Args: []string{args}, Stdin: stdin})
 		return string(b)
 	}
-	big := make([]byte, maxFramePayload)
+	big := make([]byte, wire.MaxPayload)
 	var overflow []any
-	overflow = append(overflow, FrameRequest, reqJSON("wait", true))
-	for range StdinWindow/len(big) + 1 {
-		overflow = append(overflow, FrameStdin, big)
+	overflow = append(overflow, v1.FrameRequest, reqJSON("wait", true))
+	for range v1.StdinWindow/len(big) + 1 {
+		overflow = append(overflow, v1.FrameStdin, big)
 	}
 	for _, tc := range []struct {
 		name    string
@@ -437,15 +440,15 @@ func TestExecStreamProtocolErrors(t *testing.T) {
 		killed  string // the command killed for it
 		message string
 	}{
-		{"no request frame", frames(FrameStdin, "x"), 400, "", "must start with a request frame"},
+		{"no request frame", frames(v1.FrameStdin, "x"), 400, "", "must start with a request frame"},
 		{"empty body", nil, 400, "", "must start with a request frame"},
-		{"unknown field", frames(FrameRequest, `{"attempt_id":"att_1","args":["cat"],"x":1}`), 400, "", "unknown field"},
-		{"no command", frames(FrameRequest, `{"attempt_id":"att_1"}`), 400, "", "no command"},
-		{"stdin not asked for", frames(FrameRequest, reqJSON("wait", false), FrameStdin, "x"), 200, "wait", "without stdin"},
+		{"unknown field", frames(v1.FrameRequest, `{"attempt_id":"att_1","args":["cat"],"x":1}`), 400, "", "unknown field"},
+		{"no command", frames(v1.FrameRequest, `{"attempt_id":"att_1"}`), 400, "", "no command"},
+		{"stdin not asked for", frames(v1.FrameRequest, reqJSON("wait", false), v1.FrameStdin, "x"), 200, "wait", "without stdin"},
 		{"stdin beyond the window", frames(overflow...), 200, "wait", "window"},
-		{"stdin after its end", frames(FrameRequest, reqJSON("wait", true), FrameStdin, "", FrameStdin, "x"), 200, "wait", "after its end"},
-		{"unknown frame", frames(FrameRequest, reqJSON("wait", true), byte(9), "x"), 200, "wait", "unexpected frame id 9"},
-		{"short resize", frames(FrameRequest, reqJSON("wait", true), FrameResize, "abc"), 200, "wait", "resize frame of 3 bytes"},
+		{"stdin after its end", frames(v1.FrameRequest, reqJSON("wait", true), v1.FrameStdin, "", v1.FrameStdin, "x"), 200, "wait", "after its end"},
+		{"unknown frame", frames(v1.FrameRequest, reqJSON("wait", true), byte(9), "x"), 200, "wait", "unexpected frame id 9"},
+		{"short resize", frames(v1.FrameRequest, reqJSON("wait", true), v1.FrameResize, "abc"), 200, "wait", "resize frame of 3 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The body stays open after the frames, as a live client's does.
@@ -456,9 +459,10 @@ func TestExecStreamProtocolErrors(t *testing.T) {
 				go func() { pw.Write(tc.body) }()
 				body = pr
 			}
-			hr, _ := http.NewRequest(http.MethodPost, base+"/v1/exec", body)
-			hr.Header.Set("Content-Type", MediaExecStream)
-			resp, err := c.hc.Do(hr)
+			raw := rawOf(c)
+			hr, _ := http.NewRequest(http.MethodPost, raw.base+"/v1/exec", body)
+			hr.Header.Set("Content-Type", v1.MediaExecStream)
+			resp, err := raw.hc.Do(hr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -470,13 +474,17 @@ func TestExecStreamProtocolErrors(t *testing.T) {
 			}
 			var e *errdefs.Error
 			if tc.status != 200 {
-				err = errorFromResponse(resp)
+				var body errdefs.Error
+				if jerr := json.NewDecoder(resp.Body).Decode(&body); jerr != nil {
+					t.Fatal(jerr)
+				}
+				err = &body
 			} else {
-				p, rerr := readOutput(newFrameReader(resp.Body), io.Discard, io.Discard, func(uint32) {})
+				p, rerr := wire.ReadOutput(wire.NewReader(resp.Body), io.Discard, io.Discard, func(uint32) {})
 				if rerr != nil {
 					t.Fatal(rerr)
 				}
-				_, err = exitPayload(p)
+				_, err = wire.ExitPayload(p)
 				if got := <-f.killed; got != tc.killed {
 					t.Fatalf("killed %s", got)
 				}
@@ -493,14 +501,14 @@ func TestExecStreamProtocolErrors(t *testing.T) {
 // flight, and ends in order.
 func TestStdinQueue(t *testing.T) {
 	q := newStdinQueue()
-	if err := q.push(make([]byte, StdinWindow)); err != nil {
+	if err := q.push(make([]byte, v1.StdinWindow)); err != nil {
 		t.Fatal(err)
 	}
 	if err := q.push([]byte{1}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("push beyond the window: %v", err)
 	}
 	p, ok := q.pop()
-	if !ok || len(p) != StdinWindow {
+	if !ok || len(p) != v1.StdinWindow {
 		t.Fatalf("pop: %d %v", len(p), ok)
 	}
 	if err := q.push([]byte{1}); !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -523,7 +531,7 @@ func TestStdinQueue(t *testing.T) {
 	}
 	var ack [4]byte
 	binary.BigEndian.PutUint32(ack[:], 7)
-	if got := frames(FrameStdinAck, ack[:]); !bytes.Equal(got, []byte{6, 0, 0, 0, 4, 0, 0, 0, 7}) {
+	if got := frames(v1.FrameStdinAck, ack[:]); !bytes.Equal(got, []byte{6, 0, 0, 0, 4, 0, 0, 0, 7}) {
 		t.Fatalf("ack frame % x", got)
 	}
 }

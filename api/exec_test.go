@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esf-dev/esf/api/client"
+	"github.com/esf-dev/esf/api/internal/wire"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
@@ -28,10 +31,10 @@ import (
 // pieces larger than a frame, arrives whole and in order per stream, and
 // the exit frame ends the read.
 func TestFrameRoundTrip(t *testing.T) {
-	var wire bytes.Buffer
+	var buf bytes.Buffer
 	flushes := 0
-	fw := &frameWriter{w: &wire, flush: func() error { flushes++; return nil }}
-	big := bytes.Repeat([]byte("0123456789abcdef"), (3*maxFramePayload)/16+7)
+	fw := wire.NewWriter(&buf, func() error { flushes++; return nil })
+	big := bytes.Repeat([]byte("0123456789abcdef"), (3*wire.MaxPayload)/16+7)
 	var wg sync.WaitGroup
 	var wantOut, wantErr bytes.Buffer
 	for i := range 50 {
@@ -42,7 +45,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		w := fw.stream(FrameStdout)
+		w := fw.Stream(v1.FrameStdout)
 		for i := range 50 {
 			fmt.Fprintf(w, "out %d\n", i)
 		}
@@ -52,42 +55,42 @@ func TestFrameRoundTrip(t *testing.T) {
 	}()
 	go func() {
 		defer wg.Done()
-		w := fw.stream(FrameStderr)
+		w := fw.Stream(v1.FrameStderr)
 		for i := range 50 {
 			fmt.Fprintf(w, "err %d\n", i)
 		}
 	}()
 	wg.Wait()
-	want := fabric.ExecResult{ExitCode: 137, Millis: 5}
+	want := v1.ExecResult{ExitCode: 137, Millis: 5}
 	p, _ := json.Marshal(want)
-	if err := fw.frame(FrameExit, p); err != nil {
+	if err := fw.Frame(v1.FrameExit, p); err != nil {
 		t.Fatal(err)
 	}
 	if flushes != 100+4+1 {
 		t.Errorf("%d flushes, want one per frame (105)", flushes)
 	}
 	var out, errb bytes.Buffer
-	got, err := readFrames(bytes.NewReader(wire.Bytes()), &out, &errb)
+	got, err := wire.ReadFrames(bytes.NewReader(buf.Bytes()), &out, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(out.Bytes(), wantOut.Bytes()) || errb.String() != wantErr.String() {
 		t.Fatalf("streams differ: stdout %d bytes (want %d), stderr %q", out.Len(), wantOut.Len(), errb.String())
 	}
-	res, err := exitPayload(got)
+	res, err := wire.ExitPayload(got)
 	if err != nil || res != want {
 		t.Fatalf("exit: %+v, %v", res, err)
 	}
 
 	// Every prefix that stops short of the exit frame is a truncated stream.
-	for _, cut := range []int{0, 3, 5, wire.Len() - len(p) - 1, wire.Len() - 1} {
-		_, err := readFrames(bytes.NewReader(wire.Bytes()[:cut]), io.Discard, io.Discard)
+	for _, cut := range []int{0, 3, 5, buf.Len() - len(p) - 1, buf.Len() - 1} {
+		_, err := wire.ReadFrames(bytes.NewReader(buf.Bytes()[:cut]), io.Discard, io.Discard)
 		if !errors.Is(err, io.ErrUnexpectedEOF) {
 			t.Errorf("stream cut at %d: %v", cut, err)
 		}
 	}
 	for _, bad := range [][]byte{{9, 0, 0, 0, 0}, {1, 0xff, 0, 0, 0}} {
-		if _, err := readFrames(bytes.NewReader(bad), io.Discard, io.Discard); !errors.Is(err, errBadStream) {
+		if _, err := wire.ReadFrames(bytes.NewReader(bad), io.Discard, io.Discard); !errors.Is(err, wire.ErrBadStream) {
 			t.Errorf("frame % x: %v", bad, err)
 		}
 	}
@@ -95,10 +98,10 @@ func TestFrameRoundTrip(t *testing.T) {
 
 func TestExitPayloadError(t *testing.T) {
 	p, _ := json.Marshal(errdefs.Wire(fmt.Errorf("exec: killed: %w", context.DeadlineExceeded)))
-	if _, err := exitPayload(p); errdefs.CodeOf(err) != errdefs.CodeDeadlineExceeded {
+	if _, err := wire.ExitPayload(p); errdefs.CodeOf(err) != errdefs.CodeDeadlineExceeded {
 		t.Fatalf("timeout exit frame: %v", err)
 	}
-	if _, err := exitPayload([]byte("{")); errdefs.CodeOf(err) != errdefs.CodeInternal {
+	if _, err := wire.ExitPayload([]byte("{")); errdefs.CodeOf(err) != errdefs.CodeInternal {
 		t.Fatalf("garbage exit frame: %v", err)
 	}
 }
@@ -115,15 +118,15 @@ func (f *failingWriter) Write(p []byte) (int, error) {
 }
 
 func TestFrameWriterSticky(t *testing.T) {
-	fw := &frameWriter{w: &failingWriter{n: 2}}
-	w := fw.stream(FrameStdout)
+	fw := wire.NewWriter(&failingWriter{n: 2}, nil)
+	w := fw.Stream(v1.FrameStdout)
 	if _, err := w.Write([]byte("a")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.Write([]byte("b")); err == nil {
 		t.Fatal("write after the client left succeeded")
 	}
-	if err := fw.frame(FrameExit, []byte("{}")); err == nil {
+	if err := fw.Frame(v1.FrameExit, []byte("{}")); err == nil {
 		t.Fatal("a failed stream took another frame")
 	}
 }
@@ -134,11 +137,11 @@ func TestFrameWriterSticky(t *testing.T) {
 func TestExecEndpointErrors(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	ctx := context.Background()
-	_, err := h.client.Exec(ctx, fabric.ExecRequest{AttemptID: "att_0000000000000000000000000a", Args: []string{"true"}}, nil, nil)
+	_, err := h.client.Exec(ctx, v1.ExecRequest{AttemptID: "att_0000000000000000000000000a", Args: []string{"true"}}, nil, nil)
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("exec in an unknown attempt: %v", err)
 	}
-	_, err = h.client.Exec(ctx, fabric.ExecRequest{AttemptID: "nope", Args: []string{"true"}}, nil, nil)
+	_, err = h.client.Exec(ctx, v1.ExecRequest{AttemptID: "nope", Args: []string{"true"}}, nil, nil)
 	if !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("exec with a malformed attempt id: %v", err)
 	}
@@ -162,14 +165,14 @@ func TestExecHandlerNoStreamOnError(t *testing.T) {
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("POST", "/v1/exec", strings.NewReader(`{"attempt_id":"att_1","args":["x"],"tty":true}`))
 	h.srv.ServeHTTP(rec, req)
-	if rec.Code != http.StatusNotImplemented || rec.Header().Get("Content-Type") != MediaJSON {
+	if rec.Code != http.StatusNotImplemented || rec.Header().Get("Content-Type") != v1.MediaJSON {
 		t.Fatalf("%d %s: %s", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 	}
 }
 
 // runcAttempt serves a Fabric with a real runc executor and returns a
 // client and a live runc attempt on a busybox root.
-func runcAttempt(t *testing.T) (*Client, fabric.AttemptView) {
+func runcAttempt(t *testing.T) (*client.Client, v1.AttemptView) {
 	t.Helper()
 	requireMounts(t)
 	testenv.Require(t, runctest.Needs...)
@@ -217,7 +220,7 @@ func runcAttempt(t *testing.T) (*Client, fabric.AttemptView) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := c.Activate(ctx, fabric.ActivateRequest{NodeID: g.Node.NodeID, Executor: fabric.ExecutorRunc}, CallOptions{})
+	a, err := c.Activate(ctx, v1.ActivateRequest{NodeID: g.Node.NodeID, Executor: v1.ExecutorRunc}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +237,7 @@ func TestExecIORunc(t *testing.T) {
 	run := func(t *testing.T, stdin io.Reader, args ...string) (string, string, int) {
 		t.Helper()
 		var out, errb bytes.Buffer
-		res, err := c.ExecIO(ctx, fabric.ExecRequest{AttemptID: a.AttemptID, Args: args}, ExecStreams{Stdin: stdin, Stdout: &out, Stderr: &errb})
+		res, err := c.ExecIO(ctx, v1.ExecRequest{AttemptID: a.AttemptID, Args: args}, client.ExecStreams{Stdin: stdin, Stdout: &out, Stderr: &errb})
 		if err != nil {
 			t.Fatalf("exec %v: %v (stderr %q)", args, err, errb.String())
 		}
@@ -249,7 +252,7 @@ func TestExecIORunc(t *testing.T) {
 		}
 	})
 	t.Run("wc", func(t *testing.T) {
-		in := make([]byte, 4*StdinWindow+7)
+		in := make([]byte, 4*v1.StdinWindow+7)
 		rand.Read(in)
 		out, _, code := run(t, bytes.NewReader(in), "sh", "-c", "wc -c; exit 5")
 		if strings.TrimSpace(out) != fmt.Sprint(len(in)) || code != 5 {
@@ -275,16 +278,16 @@ func TestExecIORunc(t *testing.T) {
 		sizes := make(chan [2]uint16, 1)
 		out := &syncBuffer{}
 		type result struct {
-			res fabric.ExecResult
+			res v1.ExecResult
 			err error
 		}
 		done := make(chan result, 1)
 		go func() {
 			// A shell without line editing, whose terminal queries this
 			// test would not answer.
-			res, err := c.ExecIO(ctx, fabric.ExecRequest{AttemptID: a.AttemptID, Args: []string{"sh", "-c", `while read -r l; do eval "$l"; done`},
+			res, err := c.ExecIO(ctx, v1.ExecRequest{AttemptID: a.AttemptID, Args: []string{"sh", "-c", `while read -r l; do eval "$l"; done`},
 				TTY: true, Rows: 30, Cols: 90},
-				ExecStreams{Stdin: inR, Stdout: out, Resize: sizes})
+				client.ExecStreams{Stdin: inR, Stdout: out, Resize: sizes})
 			done <- result{res, err}
 		}()
 		io.WriteString(inW, "tty; stty size\n")
@@ -309,8 +312,8 @@ func TestExecIORunc(t *testing.T) {
 	})
 	t.Run("tty stdin end", func(t *testing.T) {
 		var out bytes.Buffer
-		res, err := c.ExecIO(ctx, fabric.ExecRequest{AttemptID: a.AttemptID, Args: []string{"sh", "-c", "cat; echo end"}, TTY: true},
-			ExecStreams{Stdin: strings.NewReader("hello\n"), Stdout: &out})
+		res, err := c.ExecIO(ctx, v1.ExecRequest{AttemptID: a.AttemptID, Args: []string{"sh", "-c", "cat; echo end"}, TTY: true},
+			client.ExecStreams{Stdin: strings.NewReader("hello\n"), Stdout: &out})
 		if err != nil || res.ExitCode != 0 || !strings.HasSuffix(out.String(), "hello\r\nend\r\n") {
 			t.Fatalf("cat on a terminal whose input ends: %+v %v %q", res, err, out.String())
 		}
@@ -322,8 +325,8 @@ func TestExecIORunc(t *testing.T) {
 		errc := make(chan error, 1)
 		out := &syncBuffer{}
 		go func() {
-			_, err := c.ExecIO(cctx, fabric.ExecRequest{AttemptID: a.AttemptID, Args: []string{"sh", "-c", "echo started; exec sleep 1000"}},
-				ExecStreams{Stdin: inR, Stdout: out})
+			_, err := c.ExecIO(cctx, v1.ExecRequest{AttemptID: a.AttemptID, Args: []string{"sh", "-c", "echo started; exec sleep 1000"}},
+				client.ExecStreams{Stdin: inR, Stdout: out})
 			errc <- err
 		}()
 		waitOutput(t, out, "started\n")

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/esf-dev/esf/api/internal/wire"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 )
 
@@ -52,11 +54,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) bool {
 	}
 	var body []byte
 	var rest io.Reader // what follows body in the request, if it streams
-	if r.URL.Path == "/v1/exec" && mediaType(r.Header.Get("Content-Type")) == MediaExecStream {
+	if r.URL.Path == "/v1/exec" && wire.MediaType(r.Header.Get("Content-Type")) == v1.MediaExecStream {
 		// The interactive exec: its first frame is the request; the rest
 		// is the stdin stream, which lasts as long as the command.
 		var seen bytes.Buffer
-		_, p, err := newFrameReader(io.TeeReader(r.Body, &seen)).next(maxJSONBody)
+		_, p, err := wire.NewReader(io.TeeReader(r.Body, &seen)).Next(maxJSONBody)
 		if err != nil {
 			return false // the handler reports the bad stream
 		}

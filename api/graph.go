@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/esf-dev/esf/api/internal/wire"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
 )
@@ -19,28 +21,29 @@ import (
 
 func (s *Server) routeGraph() {
 	s.handle("POST /v1/groups", true, s.createGroup)
-	s.handle("POST /v1/fork", true, jsonOp(decodeFork, s.f.Fork))
+	s.handle("POST /v1/fork", true, jsonOp(decodeFork, s.f.Fork, forkResult))
 	s.handle("GET /v1/inspect/{id}", false, s.inspect)
 	s.handle("GET /v1/tree/{group_id}", false, s.tree)
-	s.handle("POST /v1/promote", true, jsonOp(decodePromote, s.f.Promote))
+	s.handle("POST /v1/promote", true, jsonOp(decodePromote, s.f.Promote, groupView))
 	s.handle("POST /v1/evidence", true, s.putEvidence)
-	s.handle("POST /v1/evaluate", true, jsonOp(decodeEvaluate, s.f.Evaluate))
-	s.handle("POST /v1/prune", true, jsonOp(decodePrune, s.f.Prune))
+	s.handle("POST /v1/evaluate", true, jsonOp(decodeEvaluate, s.f.Evaluate, evaluationView))
+	s.handle("POST /v1/prune", true, jsonOp(decodePrune, s.f.Prune, pruneResult))
 }
 
 func (s *Server) routeAttempts() {
-	s.handle("POST /v1/activate", true, jsonOp(decodeActivate, s.f.Activate))
-	s.handle("POST /v1/suspend", true, jsonOp(decodeSuspend, s.f.Suspend))
-	s.handle("POST /v1/release", true, jsonOp(decodeRelease, s.f.Release))
-	s.handle("POST /v1/retry", true, jsonOp(decodeRetry, s.f.Retry))
-	s.handle("POST /v1/renew", true, jsonOp(decodeRenew, s.f.Renew))
-	s.handle("POST /v1/mount", true, jsonOp(decodeMount, s.f.Mount))
-	s.handle("POST /v1/umount", true, jsonOp(decodeUmount, s.f.Umount))
+	s.handle("POST /v1/activate", true, jsonOp(decodeActivate, s.f.Activate, attemptView))
+	s.handle("POST /v1/suspend", true, jsonOp(decodeSuspend, s.f.Suspend, suspendResult))
+	s.handle("POST /v1/release", true, jsonOp(decodeRelease, s.f.Release, attemptView))
+	s.handle("POST /v1/retry", true, jsonOp(decodeRetry, s.f.Retry, attemptView))
+	s.handle("POST /v1/renew", true, jsonOp(decodeRenew, s.f.Renew, leaseView))
+	s.handle("POST /v1/mount", true, jsonOp(decodeMount, s.f.Mount, mountResult))
+	s.handle("POST /v1/umount", true, jsonOp(decodeUmount, s.f.Umount, mountResult))
 }
 
 // jsonOp is the handler of an endpoint that decodes one request, calls one
-// fabric operation and returns its result.
-func jsonOp[Req, Res any](decode func(*http.Request) (Req, error), op func(context.Context, Req) (Res, error)) handlerFunc {
+// fabric operation and returns the view of its result.
+func jsonOp[Req, Res, View any](decode func(*http.Request) (Req, error), op func(context.Context, Req) (Res, error),
+	view func(Res) View) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		req, err := decode(r)
 		if err != nil {
@@ -50,7 +53,7 @@ func jsonOp[Req, Res any](decode func(*http.Request) (Req, error), op func(conte
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, res)
+		writeJSON(w, http.StatusOK, view(res))
 		return nil
 	}
 }
@@ -59,8 +62,8 @@ func jsonOp[Req, Res any](decode func(*http.Request) (Req, error), op func(conte
 // then lets check normalise and validate it.
 func decodeRequest[T any](r *http.Request, check func(*T) error) (T, error) {
 	var zero T
-	if mt := mediaType(r.Header.Get("Content-Type")); mt != "" && mt != MediaJSON {
-		return zero, fmt.Errorf("Content-Type %q: want %s: %w", mt, MediaJSON, errdefs.ErrInvalidArgument)
+	if mt := wire.MediaType(r.Header.Get("Content-Type")); mt != "" && mt != v1.MediaJSON {
+		return zero, fmt.Errorf("Content-Type %q: want %s: %w", mt, v1.MediaJSON, errdefs.ErrInvalidArgument)
 	}
 	req, err := decodeJSON[T](r.Body)
 	if err != nil {
@@ -74,6 +77,23 @@ func decodeRequest[T any](r *http.Request, check func(*T) error) (T, error) {
 	return req, nil
 }
 
+// decodeAs decodes the request view V strictly, converts it to the fabric
+// request and lets check normalise and validate that.
+func decodeAs[V, F any](r *http.Request, conv func(V) F, check func(*F) error) (F, error) {
+	var zero F
+	v, err := decodeRequest[V](r, nil)
+	if err != nil {
+		return zero, err
+	}
+	f := conv(v)
+	if check != nil {
+		if err := check(&f); err != nil {
+			return zero, err
+		}
+	}
+	return f, nil
+}
+
 // absentIfNull makes an explicit JSON null mean "not given", as an omitted
 // field does, so both fingerprint and behave alike.
 func absentIfNull(b json.RawMessage) json.RawMessage {
@@ -84,7 +104,7 @@ func absentIfNull(b json.RawMessage) json.RawMessage {
 }
 
 func decodeCreateGroup(r *http.Request) (fabric.CreateGroupRequest, error) {
-	return decodeRequest(r, func(req *fabric.CreateGroupRequest) error {
+	return decodeAs(r, createGroupRequest, func(req *fabric.CreateGroupRequest) error {
 		req.Policy = absentIfNull(req.Policy)
 		req.LogicalState = absentIfNull(req.LogicalState)
 		if req.RootID != "" {
@@ -117,23 +137,23 @@ func (s *Server) createGroup(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, createGroupResult(res))
 	return nil
 }
 
 func decodeFork(r *http.Request) (fabric.ForkRequest, error) {
-	return decodeRequest(r, func(req *fabric.ForkRequest) error {
+	return decodeAs(r, forkRequest, func(req *fabric.ForkRequest) error {
 		req.LogicalState = absentIfNull(req.LogicalState)
 		return nil
 	})
 }
 
 func decodePromote(r *http.Request) (fabric.PromoteRequest, error) {
-	return decodeRequest[fabric.PromoteRequest](r, nil)
+	return decodeAs(r, promoteRequest, nil)
 }
 
 func decodeEvaluate(r *http.Request) (fabric.EvaluateRequest, error) {
-	return decodeRequest(r, func(req *fabric.EvaluateRequest) error {
+	return decodeAs(r, evaluateRequest, func(req *fabric.EvaluateRequest) error {
 		if len(req.Evidence) == 0 {
 			req.Evidence = nil // [] and absent are the same request
 		}
@@ -142,7 +162,7 @@ func decodeEvaluate(r *http.Request) (fabric.EvaluateRequest, error) {
 }
 
 func decodePrune(r *http.Request) (fabric.PruneRequest, error) {
-	return decodeRequest[fabric.PruneRequest](r, nil)
+	return decodeAs(r, pruneRequest, nil)
 }
 
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
@@ -150,7 +170,7 @@ func (s *Server) inspect(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, inspection(res))
 	return nil
 }
 
@@ -165,7 +185,7 @@ func (s *Server) tree(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, TreeResponse{TreeView: tv, Rewards: rewards})
+	writeJSON(w, http.StatusOK, v1.TreeResponse{TreeView: treeView(tv), Rewards: rewards})
 	return nil
 }
 
@@ -176,12 +196,12 @@ func (s *Server) putEvidence(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("store evidence: %w", err)
 	}
-	writeJSON(w, http.StatusOK, EvidenceResponse{ID: info.ID, Size: info.Size, New: created})
+	writeJSON(w, http.StatusOK, v1.EvidenceResponse{ID: idView(info.ID), Size: info.Size, New: created})
 	return nil
 }
 
 func decodeActivate(r *http.Request) (fabric.ActivateRequest, error) {
-	return decodeRequest(r, func(req *fabric.ActivateRequest) error {
+	return decodeAs(r, activateRequest, func(req *fabric.ActivateRequest) error {
 		if req.Root == "" {
 			return nil
 		}
@@ -192,26 +212,26 @@ func decodeActivate(r *http.Request) (fabric.ActivateRequest, error) {
 }
 
 func decodeSuspend(r *http.Request) (fabric.SuspendRequest, error) {
-	return decodeRequest(r, func(req *fabric.SuspendRequest) error {
+	return decodeAs(r, suspendRequest, func(req *fabric.SuspendRequest) error {
 		req.LogicalState = absentIfNull(req.LogicalState)
 		return nil
 	})
 }
 
 func decodeRelease(r *http.Request) (fabric.ReleaseRequest, error) {
-	return decodeRequest[fabric.ReleaseRequest](r, nil)
+	return decodeAs(r, releaseRequest, nil)
 }
 
 func decodeRetry(r *http.Request) (fabric.RetryRequest, error) {
-	return decodeRequest[fabric.RetryRequest](r, nil)
+	return decodeAs(r, retryRequest, nil)
 }
 
 func decodeRenew(r *http.Request) (fabric.RenewRequest, error) {
-	return decodeRequest[fabric.RenewRequest](r, nil)
+	return decodeAs(r, renewRequest, nil)
 }
 
 func decodeMount(r *http.Request) (fabric.MountRequest, error) {
-	return decodeRequest(r, func(req *fabric.MountRequest) error {
+	return decodeAs(r, mountRequest, func(req *fabric.MountRequest) error {
 		var err error
 		req.Dir, err = hostPath("dir", req.Dir)
 		return err
@@ -219,7 +239,7 @@ func decodeMount(r *http.Request) (fabric.MountRequest, error) {
 }
 
 func decodeUmount(r *http.Request) (fabric.UmountRequest, error) {
-	return decodeRequest(r, func(req *fabric.UmountRequest) error {
+	return decodeAs(r, umountRequest, func(req *fabric.UmountRequest) error {
 		var err error
 		req.Dir, err = hostPath("dir", req.Dir)
 		return err

@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/internal/testenv"
-	"github.com/esf-dev/esf/journal"
 )
 
 // rawJSON posts body to path and returns the status, the body and the
@@ -25,16 +26,16 @@ func (h *harness) rawJSON(t *testing.T, path, key, body string) (int, []byte, ma
 	t.Helper()
 	hdr := map[string]string{}
 	if key != "" {
-		hdr[HeaderIdempotencyKey] = key
+		hdr[v1.HeaderIdempotencyKey] = key
 	}
-	resp := h.raw(t, "POST", path, MediaJSON, hdr, strings.NewReader(body))
+	resp := h.raw(t, "POST", path, v1.MediaJSON, hdr, strings.NewReader(body))
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, b, map[string]string{
-		HeaderIdempotencyKey: resp.Header.Get(HeaderIdempotencyKey),
-		"Content-Type":       resp.Header.Get("Content-Type"),
+		v1.HeaderIdempotencyKey: resp.Header.Get(v1.HeaderIdempotencyKey),
+		"Content-Type":          resp.Header.Get("Content-Type"),
 	}
 }
 
@@ -70,16 +71,16 @@ func TestGraphEndpoints(t *testing.T) {
 	src := newSource(t, map[string]string{"a.txt": "alpha", "d/b.txt": "beta"})
 
 	// From a source path: imported, then created.
-	g, err := h.client.CreateGroup(ctx, fabric.CreateGroupRequest{Source: src, LogicalState: json.RawMessage(`{"step":0}`)}, CallOptions{})
+	g, err := h.client.CreateGroup(ctx, v1.CreateGroupRequest{Source: src, LogicalState: json.RawMessage(`{"step":0}`)}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Group.Generation != 1 || g.Group.CanonicalNodeID != g.Node.NodeID || g.Node.Status != journal.NodeSealed ||
+	if g.Group.Generation != 1 || g.Group.CanonicalNodeID != g.Node.NodeID || g.Node.Status != v1.NodeSealed ||
 		g.Node.Provenance.Source != src || compact(t, g.Node.LogicalState) != `{"step":0}` {
 		t.Fatalf("create group from source: %+v", g)
 	}
 	// From the root id it got: same root, another group.
-	g2, err := h.client.CreateGroup(ctx, fabric.CreateGroupRequest{RootID: g.Node.RootID}, CallOptions{})
+	g2, err := h.client.CreateGroup(ctx, v1.CreateGroupRequest{RootID: g.Node.RootID}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestGraphEndpoints(t *testing.T) {
 	}
 
 	root := g.Node.NodeID
-	fork, err := h.client.Fork(ctx, fabric.ForkRequest{NodeID: root, N: 3}, CallOptions{})
+	fork, err := h.client.Fork(ctx, v1.ForkRequest{NodeID: root, N: 3}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,16 +97,16 @@ func TestGraphEndpoints(t *testing.T) {
 		t.Fatalf("fork -n 3: %d nodes", len(fork.Nodes))
 	}
 	for _, n := range fork.Nodes {
-		if n.Status != journal.NodeDraft || n.RootID != g.Node.RootID || len(n.Parents) != 1 || n.Parents[0] != root {
+		if n.Status != v1.NodeDraft || n.RootID != g.Node.RootID || len(n.Parents) != 1 || n.Parents[0] != root {
 			t.Fatalf("forked node %+v", n)
 		}
 	}
 	// Forking a draft is failed_precondition.
-	if _, err := h.client.Fork(ctx, fabric.ForkRequest{NodeID: fork.Nodes[0].NodeID}, CallOptions{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := h.client.Fork(ctx, v1.ForkRequest{NodeID: fork.Nodes[0].NodeID}, client.CallOptions{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Fatalf("fork of a draft: %v", err)
 	}
 
-	in, err := h.client.Inspect(ctx, root, CallOptions{})
+	in, err := h.client.Inspect(ctx, root, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestGraphEndpoints(t *testing.T) {
 	// The raw JSON of a node carries the view's own fields beside the
 	// node's.
 	var raw []byte
-	in, err = h.client.Inspect(ctx, fork.Nodes[1].NodeID, CallOptions{Raw: &raw})
+	in, err = h.client.Inspect(ctx, fork.Nodes[1].NodeID, client.CallOptions{Raw: &raw})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,32 +136,32 @@ func TestGraphEndpoints(t *testing.T) {
 	if shape.Kind != "node" || compact(t, shape.Node["ancestry"]) != `["`+root+`"]` || len(in.Node.Ancestry) != 1 {
 		t.Fatalf("inspect of a child: %s", raw)
 	}
-	in, err = h.client.Inspect(ctx, g.Group.GroupID, CallOptions{})
+	in, err = h.client.Inspect(ctx, g.Group.GroupID, client.CallOptions{})
 	if err != nil || in.Kind != "group" || in.Group.Nodes != 4 {
 		t.Fatalf("inspect group: %+v, %v", in, err)
 	}
 
 	// Evidence is any bytes, stored as one object.
-	ev, err := h.client.PutEvidence(ctx, strings.NewReader("test log: 3 passed"), CallOptions{})
+	ev, err := h.client.PutEvidence(ctx, strings.NewReader("test log: 3 passed"), client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev.ID != cas.Sum([]byte("test log: 3 passed")) || ev.Size != 18 || !ev.New {
+	if ev.ID != v1.ID(cas.Sum([]byte("test log: 3 passed"))) || ev.Size != 18 || !ev.New {
 		t.Fatalf("evidence: %+v", ev)
 	}
-	again, err := h.client.PutEvidence(ctx, strings.NewReader("test log: 3 passed"), CallOptions{})
+	again, err := h.client.PutEvidence(ctx, strings.NewReader("test log: 3 passed"), client.CallOptions{})
 	if err != nil || again.ID != ev.ID || again.New {
 		t.Fatalf("same evidence again: %+v, %v", again, err)
 	}
-	e, err := h.client.Evaluate(ctx, fabric.EvaluateRequest{Target: root, Evaluator: "pytest@8.1", Reward: 0.75,
-		Verdict: "pass", Evidence: []string{ev.ID.String()}, Backprop: true}, CallOptions{})
+	e, err := h.client.Evaluate(ctx, v1.EvaluateRequest{Target: root, Evaluator: "pytest@8.1", Reward: 0.75,
+		Verdict: "pass", Evidence: []string{ev.ID.String()}, Backprop: true}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if e.NodeID != root || e.Evaluator != "pytest" || e.EvaluatorVersion != "8.1" || len(e.Evidence) != 1 {
 		t.Fatalf("evaluation: %+v", e)
 	}
-	tree, err := h.client.Tree(ctx, g.Group.GroupID, CallOptions{})
+	tree, err := h.client.Tree(ctx, g.Group.GroupID, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,20 +173,20 @@ func TestGraphEndpoints(t *testing.T) {
 	}
 
 	// Promote: a stale generation is stale_generation; the right one moves it.
-	_, err = h.client.Promote(ctx, fabric.PromoteRequest{GroupID: g.Group.GroupID, NodeID: root, ExpectedGeneration: 7}, CallOptions{})
+	_, err = h.client.Promote(ctx, v1.PromoteRequest{GroupID: g.Group.GroupID, NodeID: root, ExpectedGeneration: 7}, client.CallOptions{})
 	if !errors.Is(err, errdefs.ErrStaleGeneration) {
 		t.Fatalf("stale promote: %v", err)
 	}
-	pg, err := h.client.Promote(ctx, fabric.PromoteRequest{GroupID: g.Group.GroupID, NodeID: root, ExpectedGeneration: 1}, CallOptions{})
+	pg, err := h.client.Promote(ctx, v1.PromoteRequest{GroupID: g.Group.GroupID, NodeID: root, ExpectedGeneration: 1}, client.CallOptions{})
 	if err != nil || pg.Generation != 2 {
 		t.Fatalf("promote: %+v, %v", pg, err)
 	}
 
-	pr, err := h.client.Prune(ctx, fabric.PruneRequest{NodeID: fork.Nodes[2].NodeID}, CallOptions{})
+	pr, err := h.client.Prune(ctx, v1.PruneRequest{NodeID: fork.Nodes[2].NodeID}, client.CallOptions{})
 	if err != nil || len(pr.Pruned) != 1 || pr.Pruned[0] != fork.Nodes[2].NodeID {
 		t.Fatalf("prune: %+v, %v", pr, err)
 	}
-	if _, err := h.client.Inspect(ctx, "node_unknown0", CallOptions{}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := h.client.Inspect(ctx, "node_unknown0", client.CallOptions{}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("inspect unknown: %v", err)
 	}
 }
@@ -197,23 +198,23 @@ func TestIdempotencyOverHTTP(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	src := newSource(t, map[string]string{"f": "x"})
 	st, body, hdr := h.rawJSON(t, "/v1/groups", "", `{"source":"`+src+`"}`)
-	if st != 200 || !strings.HasPrefix(hdr[HeaderIdempotencyKey], "api-") {
-		t.Fatalf("create group: %d %s, key %q", st, body, hdr[HeaderIdempotencyKey])
+	if st != 200 || !strings.HasPrefix(hdr[v1.HeaderIdempotencyKey], "api-") {
+		t.Fatalf("create group: %d %s, key %q", st, body, hdr[v1.HeaderIdempotencyKey])
 	}
 	var g fabric.CreateGroupResult
 	if err := json.Unmarshal(body, &g); err != nil {
 		t.Fatal(err)
 	}
 	// The generated key replays too.
-	st, replay, _ := h.rawJSON(t, "/v1/groups", hdr[HeaderIdempotencyKey], `{"source":"`+src+`"}`)
+	st, replay, _ := h.rawJSON(t, "/v1/groups", hdr[v1.HeaderIdempotencyKey], `{"source":"`+src+`"}`)
 	if st != 200 || !bytes.Equal(replay, body) {
 		t.Fatalf("replay under the generated key: %d\n%s\nwant\n%s", st, replay, body)
 	}
 
 	req := `{"node_id":"` + g.Node.NodeID + `","n":2}`
 	st, first, hdr := h.rawJSON(t, "/v1/fork", "fork-1", req)
-	if st != 200 || hdr[HeaderIdempotencyKey] != "fork-1" {
-		t.Fatalf("fork: %d %s (key %q)", st, first, hdr[HeaderIdempotencyKey])
+	if st != 200 || hdr[v1.HeaderIdempotencyKey] != "fork-1" {
+		t.Fatalf("fork: %d %s (key %q)", st, first, hdr[v1.HeaderIdempotencyKey])
 	}
 	// Same request, other spacing and field order: the same request.
 	st, second, _ := h.rawJSON(t, "/v1/fork", "fork-1", ` { "n" : 2, "node_id" : "`+g.Node.NodeID+`" } `)
@@ -229,7 +230,7 @@ func TestIdempotencyOverHTTP(t *testing.T) {
 	if st != 409 || errorCode(t, fourth) != errdefs.CodeConflict {
 		t.Fatalf("same key, other operation: %d %s", st, fourth)
 	}
-	tree, err := h.client.Tree(context.Background(), g.Group.GroupID, CallOptions{})
+	tree, err := h.client.Tree(context.Background(), g.Group.GroupID, client.CallOptions{})
 	if err != nil || len(tree.Nodes) != 3 {
 		t.Fatalf("replays forked again: %d nodes, %v", len(tree.Nodes), err)
 	}
@@ -243,8 +244,8 @@ func TestGeneratedKeyExpires(t *testing.T) {
 	src := newSource(t, map[string]string{"f": "x"})
 	body := `{"source":"` + src + `"}`
 	st, made, hdr := h.rawJSON(t, "/v1/groups", "", body)
-	if st != 200 || !strings.HasPrefix(hdr[HeaderIdempotencyKey], "api-") {
-		t.Fatalf("create group: %d %s, key %q", st, made, hdr[HeaderIdempotencyKey])
+	if st != 200 || !strings.HasPrefix(hdr[v1.HeaderIdempotencyKey], "api-") {
+		t.Fatalf("create group: %d %s, key %q", st, made, hdr[v1.HeaderIdempotencyKey])
 	}
 	st, mine, _ := h.rawJSON(t, "/v1/groups", "mine", body)
 	if st != 200 {
@@ -254,7 +255,7 @@ func TestGeneratedKeyExpires(t *testing.T) {
 	if n, err := h.f.ExpireIdempotencyKeys(context.Background()); err != nil || n != 1 {
 		t.Fatalf("expire: %d keys, %v; want the made-up one", n, err)
 	}
-	if st, again, _ := h.rawJSON(t, "/v1/groups", hdr[HeaderIdempotencyKey], body); st != 200 || bytes.Equal(again, made) {
+	if st, again, _ := h.rawJSON(t, "/v1/groups", hdr[v1.HeaderIdempotencyKey], body); st != 200 || bytes.Equal(again, made) {
 		t.Fatalf("the expired made-up key replayed: %d %s", st, again)
 	}
 	if st, again, _ := h.rawJSON(t, "/v1/groups", "mine", body); st != 200 || !bytes.Equal(again, mine) {
@@ -262,8 +263,8 @@ func TestGeneratedKeyExpires(t *testing.T) {
 	}
 	// A key the client made up and says so expires too; the header is
 	// "true" with a key, or absent.
-	if _, err := h.client.CreateGroup(context.Background(), fabric.CreateGroupRequest{Source: src},
-		CallOptions{IdempotencyKey: "client-made", KeyGenerated: true}); err != nil {
+	if _, err := h.client.CreateGroup(context.Background(), v1.CreateGroupRequest{Source: src},
+		client.CallOptions{IdempotencyKey: "client-made", KeyGenerated: true}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond)
@@ -271,10 +272,10 @@ func TestGeneratedKeyExpires(t *testing.T) {
 		t.Fatalf("expire: %d keys, %v; want the client's made-up one", n, err)
 	}
 	for _, hdr := range []map[string]string{
-		{HeaderKeyGenerated: "yes", HeaderIdempotencyKey: "k"},
-		{HeaderKeyGenerated: "true"},
+		{v1.HeaderKeyGenerated: "yes", v1.HeaderIdempotencyKey: "k"},
+		{v1.HeaderKeyGenerated: "true"},
 	} {
-		resp := h.raw(t, "POST", "/v1/groups", MediaJSON, hdr, strings.NewReader(body))
+		resp := h.raw(t, "POST", "/v1/groups", v1.MediaJSON, hdr, strings.NewReader(body))
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 400 || errorCode(t, b) != errdefs.CodeInvalidArgument {
@@ -286,11 +287,11 @@ func TestGeneratedKeyExpires(t *testing.T) {
 func TestGraphErrorResponses(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	src := newSource(t, map[string]string{"f": "x"})
-	g, err := h.client.CreateGroup(context.Background(), fabric.CreateGroupRequest{Source: src}, CallOptions{})
+	g, err := h.client.CreateGroup(context.Background(), v1.CreateGroupRequest{Source: src}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fork, err := h.client.Fork(context.Background(), fabric.ForkRequest{NodeID: g.Node.NodeID}, CallOptions{})
+	fork, err := h.client.Fork(context.Background(), v1.ForkRequest{NodeID: g.Node.NodeID}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,28 +302,28 @@ func TestGraphErrorResponses(t *testing.T) {
 		status                          int
 		code                            errdefs.Code
 	}{
-		{"malformed JSON", "POST", "/v1/fork", MediaJSON, `{"node_id":`, 400, errdefs.CodeInvalidArgument},
-		{"unknown field", "POST", "/v1/fork", MediaJSON, `{"node":"` + node + `"}`, 400, errdefs.CodeInvalidArgument},
+		{"malformed JSON", "POST", "/v1/fork", v1.MediaJSON, `{"node_id":`, 400, errdefs.CodeInvalidArgument},
+		{"unknown field", "POST", "/v1/fork", v1.MediaJSON, `{"node":"` + node + `"}`, 400, errdefs.CodeInvalidArgument},
 		{"wrong content type", "POST", "/v1/fork", "text/plain", `{"node_id":"` + node + `"}`, 400, errdefs.CodeInvalidArgument},
-		{"unknown node", "POST", "/v1/fork", MediaJSON, `{"node_id":"` + unknownNode + `"}`, 404, errdefs.CodeNotFound},
-		{"fork a draft", "POST", "/v1/fork", MediaJSON, `{"node_id":"` + draft + `"}`, 412, errdefs.CodeFailedPrecondition},
-		{"fork too many", "POST", "/v1/fork", MediaJSON, `{"node_id":"` + node + `","n":100000}`, 400, errdefs.CodeInvalidArgument},
-		{"group without source", "POST", "/v1/groups", MediaJSON, `{}`, 400, errdefs.CodeInvalidArgument},
-		{"group relative source", "POST", "/v1/groups", MediaJSON, `{"source":"rel/dir"}`, 400, errdefs.CodeInvalidArgument},
-		{"group missing source", "POST", "/v1/groups", MediaJSON, `{"source":"/nonexistent/esf"}`, 404, errdefs.CodeNotFound},
-		{"group unknown root", "POST", "/v1/groups", MediaJSON, `{"root_id":"` + cas.Sum([]byte("no")).String() + `"}`, 404, errdefs.CodeNotFound},
-		{"stale generation", "POST", "/v1/promote", MediaJSON, `{"group_id":"` + group + `","node_id":"` + node + `","expected_generation":9}`, 409, errdefs.CodeStaleGeneration},
+		{"unknown node", "POST", "/v1/fork", v1.MediaJSON, `{"node_id":"` + unknownNode + `"}`, 404, errdefs.CodeNotFound},
+		{"fork a draft", "POST", "/v1/fork", v1.MediaJSON, `{"node_id":"` + draft + `"}`, 412, errdefs.CodeFailedPrecondition},
+		{"fork too many", "POST", "/v1/fork", v1.MediaJSON, `{"node_id":"` + node + `","n":100000}`, 400, errdefs.CodeInvalidArgument},
+		{"group without source", "POST", "/v1/groups", v1.MediaJSON, `{}`, 400, errdefs.CodeInvalidArgument},
+		{"group relative source", "POST", "/v1/groups", v1.MediaJSON, `{"source":"rel/dir"}`, 400, errdefs.CodeInvalidArgument},
+		{"group missing source", "POST", "/v1/groups", v1.MediaJSON, `{"source":"/nonexistent/esf"}`, 404, errdefs.CodeNotFound},
+		{"group unknown root", "POST", "/v1/groups", v1.MediaJSON, `{"root_id":"` + cas.Sum([]byte("no")).String() + `"}`, 404, errdefs.CodeNotFound},
+		{"stale generation", "POST", "/v1/promote", v1.MediaJSON, `{"group_id":"` + group + `","node_id":"` + node + `","expected_generation":9}`, 409, errdefs.CodeStaleGeneration},
 		{"inspect malformed", "GET", "/v1/inspect/nope", "", "", 400, errdefs.CodeInvalidArgument},
 		{"inspect unknown", "GET", "/v1/inspect/" + unknownNode, "", "", 404, errdefs.CodeNotFound},
 		{"tree of a node id", "GET", "/v1/tree/" + node, "", "", 400, errdefs.CodeInvalidArgument},
-		{"evaluate a draft", "POST", "/v1/evaluate", MediaJSON, `{"target":"` + draft + `","evaluator":"e@1","reward":1,"verdict":"ok"}`, 412, errdefs.CodeFailedPrecondition},
-		{"evaluate bad evaluator", "POST", "/v1/evaluate", MediaJSON, `{"target":"` + node + `","evaluator":"e","reward":1}`, 400, errdefs.CodeInvalidArgument},
-		{"evaluate unknown evidence", "POST", "/v1/evaluate", MediaJSON, `{"target":"` + node + `","evaluator":"e@1","evidence":["` + cas.Sum([]byte("?")).String() + `"]}`, 404, errdefs.CodeNotFound},
-		{"prune the root", "POST", "/v1/prune", MediaJSON, `{"node_id":"` + node + `"}`, 412, errdefs.CodeFailedPrecondition},
-		{"mount relative dir", "POST", "/v1/mount", MediaJSON, `{"node_id":"` + node + `","dir":"rel"}`, 400, errdefs.CodeInvalidArgument},
-		{"umount nothing", "POST", "/v1/umount", MediaJSON, `{"dir":"` + t.TempDir() + `"}`, 404, errdefs.CodeNotFound},
-		{"release unknown", "POST", "/v1/release", MediaJSON, `{"attempt_id":"att_00000000000000000000000000"}`, 404, errdefs.CodeNotFound},
-		{"renew unknown", "POST", "/v1/renew", MediaJSON, `{"lease_id":"lease_00000000000000000000000000","token":1}`, 404, errdefs.CodeNotFound},
+		{"evaluate a draft", "POST", "/v1/evaluate", v1.MediaJSON, `{"target":"` + draft + `","evaluator":"e@1","reward":1,"verdict":"ok"}`, 412, errdefs.CodeFailedPrecondition},
+		{"evaluate bad evaluator", "POST", "/v1/evaluate", v1.MediaJSON, `{"target":"` + node + `","evaluator":"e","reward":1}`, 400, errdefs.CodeInvalidArgument},
+		{"evaluate unknown evidence", "POST", "/v1/evaluate", v1.MediaJSON, `{"target":"` + node + `","evaluator":"e@1","evidence":["` + cas.Sum([]byte("?")).String() + `"]}`, 404, errdefs.CodeNotFound},
+		{"prune the root", "POST", "/v1/prune", v1.MediaJSON, `{"node_id":"` + node + `"}`, 412, errdefs.CodeFailedPrecondition},
+		{"mount relative dir", "POST", "/v1/mount", v1.MediaJSON, `{"node_id":"` + node + `","dir":"rel"}`, 400, errdefs.CodeInvalidArgument},
+		{"umount nothing", "POST", "/v1/umount", v1.MediaJSON, `{"dir":"` + t.TempDir() + `"}`, 404, errdefs.CodeNotFound},
+		{"release unknown", "POST", "/v1/release", v1.MediaJSON, `{"attempt_id":"att_00000000000000000000000000"}`, 404, errdefs.CodeNotFound},
+		{"renew unknown", "POST", "/v1/renew", v1.MediaJSON, `{"lease_id":"lease_00000000000000000000000000","token":1}`, 404, errdefs.CodeNotFound},
 		{"events unknown parameter", "GET", "/v1/events?grup=x", "", "", 400, errdefs.CodeInvalidArgument},
 		{"events bad after", "GET", "/v1/events?after=-1", "", "", 400, errdefs.CodeInvalidArgument},
 		{"events bad group", "GET", "/v1/events?group=" + node, "", "", 400, errdefs.CodeInvalidArgument},
@@ -359,53 +360,53 @@ func TestAttemptEndpoints(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	ctx := context.Background()
 	src := newSource(t, map[string]string{"base.txt": "base"})
-	g, err := h.client.CreateGroup(ctx, fabric.CreateGroupRequest{Source: src}, CallOptions{})
+	g, err := h.client.CreateGroup(ctx, v1.CreateGroupRequest{Source: src}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fork, err := h.client.Fork(ctx, fabric.ForkRequest{NodeID: g.Node.NodeID}, CallOptions{})
+	fork, err := h.client.Fork(ctx, v1.ForkRequest{NodeID: g.Node.NodeID}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	draft := fork.Nodes[0].NodeID
-	a, err := h.client.Activate(ctx, fabric.ActivateRequest{NodeID: draft, TTLMillis: 60_000}, CallOptions{})
+	a, err := h.client.Activate(ctx, v1.ActivateRequest{NodeID: draft, TTLMillis: 60_000}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.State != journal.AttemptActive || a.Root == "" || a.Lease == nil || a.Lease.TTLMillis != 60_000 {
+	if a.State != v1.AttemptActive || a.Root == "" || a.Lease == nil || a.Lease.TTLMillis != 60_000 {
 		t.Fatalf("activate: %+v", a)
 	}
 	if err := os.WriteFile(filepath.Join(a.Root, "new.txt"), []byte("written in the attempt"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.client.Renew(ctx, fabric.RenewRequest{LeaseID: a.LeaseID, Token: a.Lease.Token + 1}, CallOptions{}); !errors.Is(err, errdefs.ErrStaleGeneration) {
+	if _, err := h.client.Renew(ctx, v1.RenewRequest{LeaseID: a.LeaseID, Token: a.Lease.Token + 1}, client.CallOptions{}); !errors.Is(err, errdefs.ErrStaleGeneration) {
 		t.Fatalf("renew with a stale token: %v", err)
 	}
-	l, err := h.client.Renew(ctx, fabric.RenewRequest{LeaseID: a.LeaseID, Token: a.Lease.Token, TTLMillis: 120_000}, CallOptions{})
+	l, err := h.client.Renew(ctx, v1.RenewRequest{LeaseID: a.LeaseID, Token: a.Lease.Token, TTLMillis: 120_000}, client.CallOptions{})
 	if err != nil || l.TTLMillis != 120_000 {
 		t.Fatalf("renew: %+v, %v", l, err)
 	}
-	sus, err := h.client.Suspend(ctx, fabric.SuspendRequest{AttemptID: a.AttemptID, LogicalState: json.RawMessage(`{"done":true}`)}, CallOptions{})
+	sus, err := h.client.Suspend(ctx, v1.SuspendRequest{AttemptID: a.AttemptID, LogicalState: json.RawMessage(`{"done":true}`)}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sus.Node.NodeID != draft || sus.Node.Status != journal.NodeSealed || sus.Attempt.State != journal.AttemptReleased {
+	if sus.Node.NodeID != draft || sus.Node.Status != v1.NodeSealed || sus.Attempt.State != v1.AttemptReleased {
 		t.Fatalf("suspend: %+v", sus)
 	}
-	b, err := h.client.Activate(ctx, fabric.ActivateRequest{NodeID: draft}, CallOptions{})
+	b, err := h.client.Activate(ctx, v1.ActivateRequest{NodeID: draft}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, err := os.ReadFile(filepath.Join(b.Root, "new.txt")); err != nil || string(got) != "written in the attempt" {
 		t.Fatalf("the sealed write in a new attempt: %q, %v", got, err)
 	}
-	rel, err := h.client.Release(ctx, fabric.ReleaseRequest{AttemptID: b.AttemptID}, CallOptions{})
-	if err != nil || rel.State != journal.AttemptReleased {
+	rel, err := h.client.Release(ctx, v1.ReleaseRequest{AttemptID: b.AttemptID}, client.CallOptions{})
+	if err != nil || rel.State != v1.AttemptReleased {
 		t.Fatalf("release: %+v, %v", rel, err)
 	}
 
 	dir := t.TempDir()
-	m, err := h.client.Mount(ctx, fabric.MountRequest{NodeID: draft, Dir: dir}, CallOptions{})
+	m, err := h.client.Mount(ctx, v1.MountRequest{NodeID: draft, Dir: dir}, client.CallOptions{})
 	if err != nil || m.RootID != sus.Node.RootID {
 		t.Fatalf("mount: %+v, %v", m, err)
 	}
@@ -415,7 +416,7 @@ func TestAttemptEndpoints(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "x"), nil, 0o644); err == nil {
 		t.Fatal("wrote into a read-only mount")
 	}
-	if _, err := h.client.Umount(ctx, fabric.UmountRequest{Dir: dir}, CallOptions{}); err != nil {
+	if _, err := h.client.Umount(ctx, v1.UmountRequest{Dir: dir}, client.CallOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

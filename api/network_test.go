@@ -12,9 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/esf-dev/esf/api/client"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/internal/testcert"
 )
@@ -70,34 +72,56 @@ func (n *netSetup) listen(t *testing.T) net.Listener {
 }
 
 // client is a client of ln with token (TLS verified against the CA).
-func (n *netSetup) client(t *testing.T, ln net.Listener, token string) *Client {
+func (n *netSetup) client(t *testing.T, ln net.Listener, token string) *client.Client {
 	t.Helper()
-	cfg, err := ClientTLS(n.ca.CertFile)
+	cfg, err := client.ClientTLS(n.ca.CertFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewRemoteClient(RemoteOptions{Host: "https://" + ln.Addr().String(), Token: token, TLS: cfg})
+	c, err := client.NewRemoteClient(client.RemoteOptions{Host: "https://" + ln.Addr().String(), Token: token, TLS: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
+// rawClient reaches the server a Client talks to without it: the
+// base URL of its requests and, on the unix socket, an http.Client.
+type rawClient struct {
+	base string
+	hc   *http.Client
+}
+
+// rawClients maps each client serveTest made to its rawClient.
+var rawClients sync.Map
+
+func rawOf(c *client.Client) rawClient {
+	r, _ := rawClients.Load(c)
+	return r.(rawClient)
+}
+
 // serveTest serves s on a unix socket at sock (and on the network, see
 // network) and returns a client: of the network listener if there is one.
-func serveTest(t *testing.T, s *Server, sock string, grace time.Duration) (*Client, context.CancelFunc, <-chan error) {
+func serveTest(t *testing.T, s *Server, sock string, grace time.Duration) (*client.Client, context.CancelFunc, <-chan error) {
 	t.Helper()
 	ln, err := Listen(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lns := []net.Listener{ln}
-	c := NewClient(sock)
+	c := client.NewClient(sock)
+	raw := rawClient{base: "http://esfd", hc: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}}
 	if network != nil {
 		nl := network.listen(t)
 		lns = append(lns, nl)
 		c = network.client(t, nl, network.token)
+		raw.base = "https://" + nl.Addr().String()
 	}
+	rawClients.Store(c, raw)
+	t.Cleanup(func() { rawClients.Delete(c); raw.hc.CloseIdleConnections() })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.ServeAll(ctx, grace, lns...) }()
@@ -151,7 +175,7 @@ func TestNetworkAuth(t *testing.T) {
 	network = n
 	h := newHarness(t, 5*time.Second)
 	network = nil
-	base := h.client.base
+	base := rawOf(h.client).base
 	roots := x509.NewCertPool()
 	pem, _ := os.ReadFile(n.ca.CertFile)
 	roots.AppendCertsFromPEM(pem)
@@ -199,7 +223,12 @@ func TestNetworkAuth(t *testing.T) {
 	refused("another scheme", "Basic "+n.token)
 	refused("an empty token", "Bearer ")
 	// The error is the API's: the client maps it to its class.
-	if _, err := (&Client{base: base, where: "test", hc: hc}).Status(context.Background()); !errors.Is(err, errdefs.ErrUnauthenticated) {
+	anon, err := client.NewRemoteClient(client.RemoteOptions{Host: base, TLS: &tls.Config{RootCAs: roots}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	if _, err := anon.Status(context.Background()); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("client without a token: %v, want unauthenticated", err)
 	}
 
@@ -238,7 +267,7 @@ func TestNetworkAuth(t *testing.T) {
 	accepted("the file back", "Bearer "+n.token)
 
 	// The unix socket of the same server needs no token.
-	if _, err := NewClient(h.socket).Status(context.Background()); err != nil {
+	if _, err := client.NewClient(h.socket).Status(context.Background()); err != nil {
 		t.Errorf("unix socket: %v", err)
 	}
 	// The refusals are logged, the token never.
@@ -307,25 +336,25 @@ func TestNetworkTLS(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	network = nil
 	ctx := context.Background()
-	addr := strings.TrimPrefix(h.client.base, "https://")
+	addr := strings.TrimPrefix(rawOf(h.client).base, "https://")
 	strange, err := testcert.NewCA(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ClientTLS(strange.CertFile)
+	cfg, err := client.ClientTLS(strange.CertFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, tc := range map[string]struct {
-		o    RemoteOptions
+		o    client.RemoteOptions
 		want error
 	}{
-		"unknown CA":  {RemoteOptions{Host: "https://" + addr, Token: n.token, TLS: cfg}, errdefs.ErrUnavailable},
-		"system root": {RemoteOptions{Host: "https://" + addr, Token: n.token}, errdefs.ErrUnavailable},
+		"unknown CA":  {client.RemoteOptions{Host: "https://" + addr, Token: n.token, TLS: cfg}, errdefs.ErrUnavailable},
+		"system root": {client.RemoteOptions{Host: "https://" + addr, Token: n.token}, errdefs.ErrUnavailable},
 		// Go's TLS server answers a plain request with a plain 400.
-		"plain text": {RemoteOptions{Host: "http://" + addr, Token: n.token}, errdefs.ErrInvalidArgument},
+		"plain text": {client.RemoteOptions{Host: "http://" + addr, Token: n.token}, errdefs.ErrInvalidArgument},
 	} {
-		c, err := NewRemoteClient(tc.o)
+		c, err := client.NewRemoteClient(tc.o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,7 +386,7 @@ func TestNetworkTLS(t *testing.T) {
 		t.Errorf("after the renewal: %v", err)
 	}
 	for _, bad := range []string{"esfd:7777", "https://h", "ftp://h:1", "https://u:p@h:1", "https://h:1/x"} {
-		if _, err := NewRemoteClient(RemoteOptions{Host: bad}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := client.NewRemoteClient(client.RemoteOptions{Host: bad}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("host %q: %v, want invalid_argument", bad, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/treediff"
@@ -17,11 +18,11 @@ import (
 // and treediff types themselves.
 
 func (s *Server) routeOps() {
-	s.handle("POST /v1/gc", true, jsonOp(decodeCollect, s.f.Collect))
-	s.handle("POST /v1/merge", true, jsonOp(decodeMerge, s.f.Merge))
+	s.handle("POST /v1/gc", true, jsonOp(decodeCollect, s.f.Collect, collectReport))
+	s.handle("POST /v1/merge", true, jsonOp(decodeMerge, s.f.Merge, mergeResult))
 	s.handle("GET /v1/diff", false, s.diff)
 	s.handle("GET /v1/patch", false, s.patch)
-	s.handle("POST /v1/export-node", true, jsonOp(decodeExportNode, s.f.Export))
+	s.handle("POST /v1/export-node", true, jsonOp(decodeExportNode, s.f.Export, exportNodeResult))
 	s.handle("GET /v1/provenance/{id}", false, s.provenance)
 	s.handle("POST /v1/verify-provenance", false, s.verifyProvenance)
 	s.handle("POST /v1/exec", true, s.exec)
@@ -32,11 +33,11 @@ func decodeCollect(r *http.Request) (fabric.CollectRequest, error) {
 	if r.ContentLength == 0 {
 		return fabric.CollectRequest{}, nil
 	}
-	return decodeRequest[fabric.CollectRequest](r, nil)
+	return decodeAs(r, collectRequest, nil)
 }
 
 func decodeMerge(r *http.Request) (fabric.MergeRequest, error) {
-	return decodeRequest(r, func(req *fabric.MergeRequest) error {
+	return decodeAs(r, mergeRequest, func(req *fabric.MergeRequest) error {
 		req.LogicalState = absentIfNull(req.LogicalState)
 		if len(req.Nodes) == 0 {
 			req.Nodes = nil // [] and an omitted list are the same (invalid) request
@@ -46,7 +47,7 @@ func decodeMerge(r *http.Request) (fabric.MergeRequest, error) {
 }
 
 func decodeExportNode(r *http.Request) (fabric.ExportRequest, error) {
-	return decodeRequest(r, func(req *fabric.ExportRequest) error {
+	return decodeAs(r, exportNodeRequest, func(req *fabric.ExportRequest) error {
 		if req.ID == "" {
 			return fmt.Errorf("id: empty: %w", errdefs.ErrInvalidArgument)
 		}
@@ -99,15 +100,15 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	changes := []Change{}
+	changes := []v1.Change{}
 	err = treediff.DiffWith(ctx, s.f.Store(), ra, rb, treediff.Options{Expand: true}, func(c treediff.Change) error {
-		changes = append(changes, wireChange(c))
+		changes = append(changes, changeView(c))
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("diff %s %s: %w", a, b, err)
 	}
-	writeJSON(w, http.StatusOK, DiffResponse{A: ra.String(), B: rb.String(), Changes: changes})
+	writeJSON(w, http.StatusOK, v1.DiffResponse{A: ra.String(), B: rb.String(), Changes: changes})
 	return nil
 }
 
@@ -132,9 +133,9 @@ func (s *Server) patch(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	pw := &lazyStream{w: w, start: func(h http.Header) {
-		h.Set("Content-Type", MediaPatch)
-		h.Set(HeaderRootID, root.String())
-		h.Set("Trailer", TrailerStatus+", "+TrailerError)
+		h.Set("Content-Type", v1.MediaPatch)
+		h.Set(v1.HeaderRootID, root.String())
+		h.Set("Trailer", v1.TrailerStatus+", "+v1.TrailerError)
 	}}
 	err = treediff.Patch(ctx, s.f.Store(), rb, root, pw)
 	if err != nil && !pw.started {
@@ -142,11 +143,11 @@ func (s *Server) patch(w http.ResponseWriter, r *http.Request) error {
 	}
 	pw.begin() // an empty patch (identical trees) is still a complete one
 	if err != nil {
-		w.Header().Set(TrailerStatus, "error")
-		w.Header().Set(TrailerError, asciiJSON(errdefs.Wire(err)))
+		w.Header().Set(v1.TrailerStatus, "error")
+		w.Header().Set(v1.TrailerError, asciiJSON(errdefs.Wire(err)))
 		return err
 	}
-	w.Header().Set(TrailerStatus, "ok")
+	w.Header().Set(v1.TrailerStatus, "ok")
 	return nil
 }
 
@@ -174,7 +175,7 @@ func (s *Server) provenance(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, rec)
+	writeJSON(w, http.StatusOK, provenanceRecord(rec))
 	return nil
 }
 
@@ -195,7 +196,7 @@ func (s *Server) verifyProvenance(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, rep)
+	writeJSON(w, http.StatusOK, provenanceReport(rep))
 	return nil
 }
 

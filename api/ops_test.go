@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
 )
@@ -23,11 +25,11 @@ import (
 func TestCollectEndpoint(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	ctx := context.Background()
-	res, err := h.client.Import(ctx, newSource(t, map[string]string{"a.txt": "alpha", "d/b.txt": "beta"}), CallOptions{})
+	res, err := h.client.Import(ctx, newSource(t, map[string]string{"a.txt": "alpha", "d/b.txt": "beta"}), client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dry, err := h.client.Collect(ctx, fabric.CollectRequest{DryRun: true}, CallOptions{})
+	dry, err := h.client.Collect(ctx, v1.CollectRequest{DryRun: true}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,17 +60,17 @@ func TestCollectEndpoint(t *testing.T) {
 func sealChild(t *testing.T, h *harness, parent string, files map[string]string) string {
 	t.Helper()
 	ctx := context.Background()
-	fork, err := h.client.Fork(ctx, fabric.ForkRequest{NodeID: parent}, CallOptions{})
+	fork, err := h.client.Fork(ctx, v1.ForkRequest{NodeID: parent}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	child := fork.Nodes[0].NodeID
-	a, err := h.client.Activate(ctx, fabric.ActivateRequest{NodeID: child}, CallOptions{})
+	a, err := h.client.Activate(ctx, v1.ActivateRequest{NodeID: child}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeTree(t, a.Root, files)
-	if _, err := h.client.Suspend(ctx, fabric.SuspendRequest{AttemptID: a.AttemptID}, CallOptions{}); err != nil {
+	if _, err := h.client.Suspend(ctx, v1.SuspendRequest{AttemptID: a.AttemptID}, client.CallOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return child
@@ -81,7 +83,7 @@ func TestMergeDiffPatch(t *testing.T) {
 	requireMounts(t)
 	h := newHarness(t, 5*time.Second)
 	ctx := context.Background()
-	g, err := h.client.CreateGroup(ctx, fabric.CreateGroupRequest{Source: newSource(t, map[string]string{"a.txt": "base\n"})}, CallOptions{})
+	g, err := h.client.CreateGroup(ctx, v1.CreateGroupRequest{Source: newSource(t, map[string]string{"a.txt": "base\n"})}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +92,8 @@ func TestMergeDiffPatch(t *testing.T) {
 	y := sealChild(t, h, root, map[string]string{"a.txt": "y\n", "same.txt": "s\n", "z/y.txt": "why\n"})
 	c := sealChild(t, h, root, map[string]string{"c.txt": "sea\n"})
 
-	_, err = h.client.Merge(ctx, fabric.MergeRequest{Nodes: []string{x, y}}, CallOptions{})
-	var pe *PathsError
+	_, err = h.client.Merge(ctx, v1.MergeRequest{Nodes: []string{x, y}}, client.CallOptions{})
+	var pe *client.PathsError
 	if !errors.As(err, &pe) || !errors.Is(err, errdefs.ErrConflict) || strings.Join(pe.Paths, ",") != "a.txt" {
 		t.Fatalf("conflicting merge: %v (%#v)", err, pe)
 	}
@@ -106,14 +108,14 @@ func TestMergeDiffPatch(t *testing.T) {
 		t.Fatalf("conflict body: %d %s", status, body)
 	}
 
-	m, err := h.client.Merge(ctx, fabric.MergeRequest{Nodes: []string{x, c}, LogicalState: json.RawMessage(`{"m":1}`)}, CallOptions{})
+	m, err := h.client.Merge(ctx, v1.MergeRequest{Nodes: []string{x, c}, LogicalState: json.RawMessage(`{"m":1}`)}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Base != root || len(m.Node.Parents) != 2 {
 		t.Fatalf("merge: %+v", m)
 	}
-	d, err := h.client.Diff(ctx, x, m.Node.NodeID, CallOptions{})
+	d, err := h.client.Diff(ctx, x, m.Node.NodeID, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +125,7 @@ func TestMergeDiffPatch(t *testing.T) {
 		t.Fatalf("diff x→merged: %v (%+v)", got, d)
 	}
 	// Root ids work as well as node ids, and a directory added is expanded.
-	d, err = h.client.Diff(ctx, m.Node.RootID, y, CallOptions{})
+	d, err = h.client.Diff(ctx, m.Node.RootID, y, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func TestMergeDiffPatch(t *testing.T) {
 	}
 }
 
-func contentChanges(d *DiffResponse) []string {
+func contentChanges(d *v1.DiffResponse) []string {
 	var got []string
 	for _, ch := range d.Changes {
 		if ch.Kind != "meta_changed" {
@@ -160,7 +162,7 @@ func contentChanges(d *DiffResponse) []string {
 
 func TestDiffPatchQueryErrors(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
-	res, err := h.client.Import(context.Background(), newSource(t, map[string]string{"a": "1"}), CallOptions{})
+	res, err := h.client.Import(context.Background(), newSource(t, map[string]string{"a": "1"}), client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,12 +194,12 @@ func TestDiffPatchQueryErrors(t *testing.T) {
 func TestProvenanceEndpoints(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	ctx := context.Background()
-	g, err := h.client.CreateGroup(ctx, fabric.CreateGroupRequest{Source: newSource(t, map[string]string{"a.txt": "alpha", "d/b.txt": "beta"})}, CallOptions{})
+	g, err := h.client.CreateGroup(ctx, v1.CreateGroupRequest{Source: newSource(t, map[string]string{"a.txt": "alpha", "d/b.txt": "beta"})}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	to := filepath.Join(t.TempDir(), "out")
-	ex, err := h.client.ExportNode(ctx, fabric.ExportRequest{ID: g.Node.NodeID, To: to, Artifact: "d"}, CallOptions{})
+	ex, err := h.client.ExportNode(ctx, v1.ExportNodeRequest{ID: g.Node.NodeID, To: to, Artifact: "d"}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,12 +216,12 @@ func TestProvenanceEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := h.client.VerifyProvenance(ctx, written, CallOptions{})
+	rep, err := h.client.VerifyProvenance(ctx, written, client.CallOptions{})
 	if err != nil || !rep.Valid {
 		t.Fatalf("verify the written record: %+v, %v", rep, err)
 	}
 
-	rec, err := h.client.Provenance(ctx, g.Node.NodeID, fabric.ExportInfo{Format: "tar", Destination: "/tmp/x.tar"}, CallOptions{})
+	rec, err := h.client.Provenance(ctx, g.Node.NodeID, v1.ExportInfo{Format: "tar", Destination: "/tmp/x.tar"}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,12 +229,12 @@ func TestProvenanceEndpoints(t *testing.T) {
 		t.Fatalf("provenance: %+v", rec)
 	}
 	b, _ := json.Marshal(rec)
-	if rep, err := h.client.VerifyProvenance(ctx, b, CallOptions{}); err != nil || !rep.Valid {
+	if rep, err := h.client.VerifyProvenance(ctx, b, client.CallOptions{}); err != nil || !rep.Valid {
 		t.Fatalf("verify the fetched record: %+v, %v", rep, err)
 	}
 	rec.Export.Destination = "/tmp/y.tar"
 	b, _ = json.Marshal(rec)
-	if rep, err := h.client.VerifyProvenance(ctx, b, CallOptions{}); err != nil || rep.Valid || len(rep.Problems) == 0 {
+	if rep, err := h.client.VerifyProvenance(ctx, b, client.CallOptions{}); err != nil || rep.Valid || len(rep.Problems) == 0 {
 		t.Fatalf("verify an altered record: %+v, %v", rep, err)
 	}
 	if status, body, _ := h.rawJSON(t, "/v1/verify-provenance", "", `{"version":`); status != http.StatusBadRequest {

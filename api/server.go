@@ -14,7 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/api/internal/wire"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/internal/randid"
@@ -106,8 +107,8 @@ func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
 		defer s.active.Add(-1)
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
-		tc := parseTraceparent(r.Header.Get(HeaderTraceparent))
-		rec.Header().Set(HeaderTraceparent, tc.String())
+		tc := parseTraceparent(r.Header.Get(v1.HeaderTraceparent))
+		rec.Header().Set(v1.HeaderTraceparent, tc.String())
 		ci := fabric.CallInfo{TraceID: tc.TraceID, SpanID: tc.SpanID}
 		log := s.log.With("trace_id", tc.TraceID, "method", r.Method, "path", r.URL.Path)
 
@@ -120,11 +121,11 @@ func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
 					err = fmt.Errorf("handler panic: %v", p)
 				}
 			}()
-			key, err := parseIdempotencyKey(r.Header.Values(HeaderIdempotencyKey))
+			key, err := parseIdempotencyKey(r.Header.Values(v1.HeaderIdempotencyKey))
 			if err != nil {
 				return err
 			}
-			generated, err := parseKeyGenerated(r.Header.Values(HeaderKeyGenerated), key)
+			generated, err := parseKeyGenerated(r.Header.Values(v1.HeaderKeyGenerated), key)
 			if err != nil {
 				return err
 			}
@@ -137,7 +138,7 @@ func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
 					key, ci.KeyGenerated = "api-"+randid.Hex(16), true
 				}
 				ci.IdempotencyKey = key
-				rec.Header().Set(HeaderIdempotencyKey, key)
+				rec.Header().Set(v1.HeaderIdempotencyKey, key)
 			}
 			r = r.WithContext(fabric.WithCallInfo(r.Context(), ci))
 			return h(rec, r)
@@ -200,7 +201,7 @@ func (r *recorder) statusCode() int {
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", MediaJSON)
+	w.Header().Set("Content-Type", v1.MediaJSON)
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -216,7 +217,7 @@ func writeError(w http.ResponseWriter, err error) {
 // mutation it names.
 const maxIdempotencyKey = 255
 
-// parseKeyGenerated reads HeaderKeyGenerated: absent, or "true" with a key.
+// parseKeyGenerated reads v1.HeaderKeyGenerated: absent, or "true" with a key.
 func parseKeyGenerated(vals []string, key string) (bool, error) {
 	switch {
 	case len(vals) == 0:
@@ -224,9 +225,9 @@ func parseKeyGenerated(vals []string, key string) (bool, error) {
 	case len(vals) == 1 && vals[0] == "true" && key != "":
 		return true, nil
 	case len(vals) == 1 && vals[0] == "true":
-		return false, fmt.Errorf("%s without %s: %w", HeaderKeyGenerated, HeaderIdempotencyKey, errdefs.ErrInvalidArgument)
+		return false, fmt.Errorf("%s without %s: %w", v1.HeaderKeyGenerated, v1.HeaderIdempotencyKey, errdefs.ErrInvalidArgument)
 	}
-	return false, fmt.Errorf("%s: want a single \"true\", got %q: %w", HeaderKeyGenerated, vals, errdefs.ErrInvalidArgument)
+	return false, fmt.Errorf("%s: want a single \"true\", got %q: %w", v1.HeaderKeyGenerated, vals, errdefs.ErrInvalidArgument)
 }
 
 func parseIdempotencyKey(vals []string) (string, error) {
@@ -235,15 +236,15 @@ func parseIdempotencyKey(vals []string) (string, error) {
 		return "", nil
 	case 1:
 	default:
-		return "", fmt.Errorf("%s given %d times: %w", HeaderIdempotencyKey, len(vals), errdefs.ErrInvalidArgument)
+		return "", fmt.Errorf("%s given %d times: %w", v1.HeaderIdempotencyKey, len(vals), errdefs.ErrInvalidArgument)
 	}
 	k := vals[0]
 	if k == "" || len(k) > maxIdempotencyKey {
-		return "", fmt.Errorf("%s: want 1 to %d characters: %w", HeaderIdempotencyKey, maxIdempotencyKey, errdefs.ErrInvalidArgument)
+		return "", fmt.Errorf("%s: want 1 to %d characters: %w", v1.HeaderIdempotencyKey, maxIdempotencyKey, errdefs.ErrInvalidArgument)
 	}
 	for i := 0; i < len(k); i++ {
 		if k[i] < 0x21 || k[i] > 0x7e {
-			return "", fmt.Errorf("%s: want visible ASCII characters only: %w", HeaderIdempotencyKey, errdefs.ErrInvalidArgument)
+			return "", fmt.Errorf("%s: want visible ASCII characters only: %w", v1.HeaderIdempotencyKey, errdefs.ErrInvalidArgument)
 		}
 	}
 	return k, nil
@@ -269,12 +270,12 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, StatusResponse{
+	writeJSON(w, http.StatusOK, v1.StatusResponse{
 		Version:  st.Version,
 		StateDir: st.StateDir,
 		Objects:  st.Objects,
 		Bytes:    st.Bytes,
-		Remote:   st.Remote,
+		Remote:   ptr(st.Remote, remoteStatus),
 	})
 	return nil
 }
@@ -284,9 +285,9 @@ func (s *Server) workers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := WorkersResponse{Workers: make([]Worker, 0, len(ws)), Fenced: s.f.Fenced()}
+	out := v1.WorkersResponse{Workers: make([]v1.Worker, 0, len(ws)), Fenced: s.f.Fenced()}
 	for _, x := range ws {
-		out.Workers = append(out.Workers, Worker{ID: x.ID, Addr: x.Addr, Capacity: x.Capacity, Live: x.Live,
+		out.Workers = append(out.Workers, v1.Worker{ID: x.ID, Addr: x.Addr, Capacity: x.Capacity, Live: x.Live,
 			Started: x.Started, TTLMS: x.TTLSeconds * 1000, Self: x.ID == s.f.WorkerID()})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -294,8 +295,8 @@ func (s *Server) workers(w http.ResponseWriter, r *http.Request) error {
 }
 
 // decodeImport reads the JSON form of an import request.
-func decodeImport(r *http.Request) (ImportRequest, error) {
-	req, err := decodeJSON[ImportRequest](r.Body)
+func decodeImport(r *http.Request) (v1.ImportRequest, error) {
+	req, err := decodeJSON[v1.ImportRequest](r.Body)
 	if err != nil {
 		return req, err
 	}
@@ -305,8 +306,8 @@ func decodeImport(r *http.Request) (ImportRequest, error) {
 
 func (s *Server) importContent(w http.ResponseWriter, r *http.Request) error {
 	var src fabric.ImportSource
-	switch mt := mediaType(r.Header.Get("Content-Type")); {
-	case mt == MediaJSON || mt == "":
+	switch mt := wire.MediaType(r.Header.Get("Content-Type")); {
+	case mt == v1.MediaJSON || mt == "":
 		req, err := decodeImport(r)
 		if err != nil {
 			return err
@@ -315,7 +316,7 @@ func (s *Server) importContent(w http.ResponseWriter, r *http.Request) error {
 	case tarMediaTypes[mt]:
 		src.Tar = r.Body
 	default:
-		return fmt.Errorf("import: Content-Type %q: want %s or %s: %w", mt, MediaJSON, MediaTar, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("import: Content-Type %q: want %s or %s: %w", mt, v1.MediaJSON, v1.MediaTar, errdefs.ErrInvalidArgument)
 	}
 	res, err := s.f.Import(r.Context(), src)
 	if err != nil {
@@ -325,8 +326,8 @@ func (s *Server) importContent(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func decodeExport(r *http.Request) (ExportRequest, error) {
-	req, err := decodeJSON[ExportRequest](r.Body)
+func decodeExport(r *http.Request) (v1.ExportRequest, error) {
+	req, err := decodeJSON[v1.ExportRequest](r.Body)
 	if err != nil {
 		return req, err
 	}
@@ -349,8 +350,8 @@ func (s *Server) exportDir(w http.ResponseWriter, r *http.Request) error {
 	if st.Dropped.Paths == nil {
 		st.Dropped.Paths = []string{}
 	}
-	writeJSON(w, http.StatusOK, ExportResponse{
-		RootID:   root,
+	writeJSON(w, http.StatusOK, v1.ExportResponse{
+		RootID:   idView(root),
 		To:       req.To,
 		Files:    st.Files,
 		Dirs:     st.Dirs,
@@ -359,15 +360,15 @@ func (s *Server) exportDir(w http.ResponseWriter, r *http.Request) error {
 		Links:    st.Links,
 		Bytes:    st.Bytes,
 		Skipped:  st.Skipped,
-		Dropped:  st.Dropped,
+		Dropped:  droppedView(st.Dropped),
 	})
 	return nil
 }
 
 // exportTar streams the tree of {id}.tar. Errors found before the first
 // byte are ordinary JSON errors. After it, the status line is gone: the
-// stream ends early and the trailers say so (TrailerStatus "error" and
-// TrailerError), so a client never takes a truncated tar as complete. The
+// stream ends early and the trailers say so (v1.TrailerStatus "error" and
+// v1.TrailerError), so a client never takes a truncated tar as complete. The
 // tar itself then also lacks its end-of-archive blocks.
 func (s *Server) exportTar(w http.ResponseWriter, r *http.Request) error {
 	file := r.PathValue("file")
@@ -376,12 +377,12 @@ func (s *Server) exportTar(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("export %q: want <id>.tar: %w", file, errdefs.ErrInvalidArgument)
 	}
 	var opts fabric.ExportOptions
-	switch v := r.URL.Query().Get(QueryPreservePrivileged); v {
+	switch v := r.URL.Query().Get(v1.QueryPreservePrivileged); v {
 	case "", "false":
 	case "true":
 		opts.PreservePrivileged = true
 	default:
-		return fmt.Errorf("export: %s=%q: want true or false: %w", QueryPreservePrivileged, v, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("export: %s=%q: want true or false: %w", v1.QueryPreservePrivileged, v, errdefs.ErrInvalidArgument)
 	}
 	ctx := r.Context()
 	root, err := s.f.ResolveRoot(ctx, id)
@@ -389,9 +390,9 @@ func (s *Server) exportTar(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	tw := &lazyStream{w: w, start: func(h http.Header) {
-		h.Set("Content-Type", MediaTar)
-		h.Set(HeaderRootID, root.String())
-		h.Set("Trailer", TrailerStatus+", "+TrailerError+", "+TrailerDropped)
+		h.Set("Content-Type", v1.MediaTar)
+		h.Set(v1.HeaderRootID, root.String())
+		h.Set("Trailer", v1.TrailerStatus+", "+v1.TrailerError+", "+v1.TrailerDropped)
 	}}
 	_, st, err := s.f.ExportTar(ctx, root.String(), tw, opts)
 	if err != nil && !tw.started {
@@ -399,15 +400,15 @@ func (s *Server) exportTar(w http.ResponseWriter, r *http.Request) error {
 	}
 	tw.begin()
 	if err != nil {
-		w.Header().Set(TrailerStatus, "error")
-		w.Header().Set(TrailerError, asciiJSON(errdefs.Wire(err)))
+		w.Header().Set(v1.TrailerStatus, "error")
+		w.Header().Set(v1.TrailerError, asciiJSON(errdefs.Wire(err)))
 		return err
 	}
 	if st.Dropped.Paths == nil {
 		st.Dropped.Paths = []string{}
 	}
-	w.Header().Set(TrailerDropped, asciiJSON(st.Dropped))
-	w.Header().Set(TrailerStatus, "ok")
+	w.Header().Set(v1.TrailerDropped, asciiJSON(st.Dropped))
+	w.Header().Set(v1.TrailerStatus, "ok")
 	return nil
 }
 
@@ -459,11 +460,11 @@ func asciiJSON(v any) string {
 	return sb.String()
 }
 
-func decodeFsck(r *http.Request) (FsckRequest, error) {
+func decodeFsck(r *http.Request) (v1.FsckRequest, error) {
 	if r.ContentLength == 0 {
-		return FsckRequest{}, nil
+		return v1.FsckRequest{}, nil
 	}
-	return decodeJSON[FsckRequest](r.Body)
+	return decodeJSON[v1.FsckRequest](r.Body)
 }
 
 func (s *Server) fsck(w http.ResponseWriter, r *http.Request) error {
@@ -476,22 +477,15 @@ func (s *Server) fsck(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		bad := res.Bad
-		if bad == nil {
-			bad = []cas.ID{}
-		}
-		writeJSON(w, http.StatusOK, FsckResponse{Checked: res.Checked, Bytes: res.Bytes, Bad: bad, Missing: res.Missing})
+		writeJSON(w, http.StatusOK, v1.FsckResponse{Checked: res.Checked, Bytes: res.Bytes, Bad: idList(res.Bad),
+			Missing: each(res.Missing, idView)})
 		return nil
 	}
 	res, err := s.f.Fsck(r.Context())
 	if err != nil {
 		return err
 	}
-	bad := res.Bad
-	if bad == nil {
-		bad = []cas.ID{}
-	}
-	writeJSON(w, http.StatusOK, FsckResponse{Checked: res.Checked, Bytes: res.Bytes, Vanished: res.Vanished, Bad: bad})
+	writeJSON(w, http.StatusOK, v1.FsckResponse{Checked: res.Checked, Bytes: res.Bytes, Vanished: res.Vanished, Bad: idList(res.Bad)})
 	return nil
 }
 

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/local"
 	"github.com/esf-dev/esf/errdefs"
@@ -50,7 +52,7 @@ type harness struct {
 	dir    string
 	f      *fabric.Fabric
 	socket string
-	client *Client
+	client *client.Client
 	logs   *syncBuffer
 	srv    *Server
 	stop   context.CancelFunc
@@ -202,7 +204,7 @@ func TestRoundTripThroughClient(t *testing.T) {
 		t.Fatalf("status of an empty daemon: %+v", st)
 	}
 
-	imp, err := h.client.Import(ctx, src, CallOptions{IdempotencyKey: "k1"})
+	imp, err := h.client.Import(ctx, src, client.CallOptions{IdempotencyKey: "k1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +228,7 @@ func TestRoundTripThroughClient(t *testing.T) {
 	if res.RootID != imp.RootID.String() || res.Bytes != int64(buf.Len()) {
 		t.Fatalf("tar export %+v, %d bytes received", res, buf.Len())
 	}
-	back, err := h.client.ImportTar(ctx, bytes.NewReader(buf.Bytes()), CallOptions{})
+	back, err := h.client.ImportTar(ctx, bytes.NewReader(buf.Bytes()), client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +237,7 @@ func TestRoundTripThroughClient(t *testing.T) {
 	}
 
 	dest := filepath.Join(t.TempDir(), "out")
-	exp, err := h.client.Export(ctx, imp.RootID.String(), dest, CallOptions{})
+	exp, err := h.client.Export(ctx, imp.RootID.String(), dest, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +248,7 @@ func TestRoundTripThroughClient(t *testing.T) {
 		t.Fatalf("exported file: %d bytes, %v", len(b), err)
 	}
 
-	fsck, err := h.client.Fsck(ctx, CallOptions{})
+	fsck, err := h.client.Fsck(ctx, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,19 +269,19 @@ func TestErrorResponses(t *testing.T) {
 	}{
 		{"unknown endpoint", "GET", "/v1/nope", "", nil, "", 404, errdefs.CodeNotFound},
 		{"wrong method", "DELETE", "/v1/status", "", nil, "", 404, errdefs.CodeNotFound},
-		{"unknown field", "POST", "/v1/import", MediaJSON, nil, `{"src":"/x"}`, 400, errdefs.CodeInvalidArgument},
-		{"relative source", "POST", "/v1/import", MediaJSON, nil, `{"source":"x"}`, 400, errdefs.CodeInvalidArgument},
-		{"missing source", "POST", "/v1/import", MediaJSON, nil, `{"source":"/nonexistent/esf"}`, 404, errdefs.CodeNotFound},
+		{"unknown field", "POST", "/v1/import", v1.MediaJSON, nil, `{"src":"/x"}`, 400, errdefs.CodeInvalidArgument},
+		{"relative source", "POST", "/v1/import", v1.MediaJSON, nil, `{"source":"x"}`, 400, errdefs.CodeInvalidArgument},
+		{"missing source", "POST", "/v1/import", v1.MediaJSON, nil, `{"source":"/nonexistent/esf"}`, 404, errdefs.CodeNotFound},
 		{"bad media type", "POST", "/v1/import", "text/plain", nil, `hello`, 400, errdefs.CodeInvalidArgument},
-		{"garbage tar", "POST", "/v1/import", MediaTar, nil, strings.Repeat("garbage!", 200), 400, errdefs.CodeInvalidArgument},
-		{"bad idempotency key", "POST", "/v1/fsck", "", map[string]string{HeaderIdempotencyKey: "a b"}, "", 400, errdefs.CodeInvalidArgument},
-		{"export unknown id", "POST", "/v1/export", MediaJSON, nil, `{"id":"` + unknown + `","to":"/tmp/x"}`, 404, errdefs.CodeNotFound},
-		{"export malformed id", "POST", "/v1/export", MediaJSON, nil, `{"id":"xyz","to":"/tmp/x"}`, 400, errdefs.CodeInvalidArgument},
-		{"export no id", "POST", "/v1/export", MediaJSON, nil, `{"to":"/tmp/x"}`, 400, errdefs.CodeInvalidArgument},
+		{"garbage tar", "POST", "/v1/import", v1.MediaTar, nil, strings.Repeat("garbage!", 200), 400, errdefs.CodeInvalidArgument},
+		{"bad idempotency key", "POST", "/v1/fsck", "", map[string]string{v1.HeaderIdempotencyKey: "a b"}, "", 400, errdefs.CodeInvalidArgument},
+		{"export unknown id", "POST", "/v1/export", v1.MediaJSON, nil, `{"id":"` + unknown + `","to":"/tmp/x"}`, 404, errdefs.CodeNotFound},
+		{"export malformed id", "POST", "/v1/export", v1.MediaJSON, nil, `{"id":"xyz","to":"/tmp/x"}`, 400, errdefs.CodeInvalidArgument},
+		{"export no id", "POST", "/v1/export", v1.MediaJSON, nil, `{"to":"/tmp/x"}`, 400, errdefs.CodeInvalidArgument},
 		{"tar unknown id", "GET", "/v1/export/" + unknown + ".tar", "", nil, "", 404, errdefs.CodeNotFound},
 		{"tar malformed id", "GET", "/v1/export/zz.tar", "", nil, "", 400, errdefs.CodeInvalidArgument},
 		{"tar wrong suffix", "GET", "/v1/export/" + unknown + ".zip", "", nil, "", 400, errdefs.CodeInvalidArgument},
-		{"fsck unknown option", "POST", "/v1/fsck", MediaJSON, nil, `{"repair":true}`, 400, errdefs.CodeInvalidArgument},
+		{"fsck unknown option", "POST", "/v1/fsck", v1.MediaJSON, nil, `{"repair":true}`, 400, errdefs.CodeInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -291,7 +293,7 @@ func TestErrorResponses(t *testing.T) {
 			if resp.StatusCode != tt.status {
 				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
 			}
-			if ct := resp.Header.Get("Content-Type"); ct != MediaJSON {
+			if ct := resp.Header.Get("Content-Type"); ct != v1.MediaJSON {
 				t.Errorf("Content-Type %q", ct)
 			}
 			var e errdefs.Error
@@ -310,7 +312,7 @@ func TestErrorResponses(t *testing.T) {
 func TestClientErrorsKeepTheirClass(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	ctx := context.Background()
-	_, err := h.client.Export(ctx, cas.Sum([]byte("x")).String(), "/tmp/esf-never", CallOptions{})
+	_, err := h.client.Export(ctx, cas.Sum([]byte("x")).String(), "/tmp/esf-never", client.CallOptions{})
 	var e *errdefs.Error
 	if !errors.As(err, &e) || !errors.Is(err, errdefs.ErrNotFound) || e.Code != errdefs.CodeNotFound {
 		t.Fatalf("export of unknown id: %#v", err)
@@ -324,17 +326,17 @@ func TestClientErrorsKeepTheirClass(t *testing.T) {
 	// and the client reports the daemon's answer, not a broken pipe.
 	junk := make([]byte, 16<<20)
 	rand.Read(junk)
-	if _, err := h.client.ImportTar(ctx, bytes.NewReader(junk), CallOptions{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := h.client.ImportTar(ctx, bytes.NewReader(junk), client.CallOptions{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("import of 16 MiB of junk: %v, want invalid_argument", err)
 	}
 
 	// A failing reader is the caller's error, with the caller's code.
 	bad := io.MultiReader(strings.NewReader("abc"), errReader{&errdefs.Error{Code: errdefs.CodeNotFound, Message: "gone"}})
-	if _, err := h.client.ImportTar(ctx, bad, CallOptions{}); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := h.client.ImportTar(ctx, bad, client.CallOptions{}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("import from a failing reader: %v", err)
 	}
 
-	down := NewClient(filepath.Join(t.TempDir(), "none.sock"))
+	down := client.NewClient(filepath.Join(t.TempDir(), "none.sock"))
 	if _, err := down.Status(ctx); !errors.As(err, &e) || e.Code != errdefs.CodeUnavailable {
 		t.Fatalf("status from a missing daemon: %#v", err)
 	}
@@ -379,14 +381,14 @@ func TestExportTarFailsMidStream(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src")
 	late := strings.Repeat("z", 3<<20) // sorts last, several buffers long
 	writeTree(t, src, map[string]string{"a.txt": strings.Repeat("a", 70000), "z.bin": late})
-	imp, err := h.client.Import(ctx, src, CallOptions{})
+	imp, err := h.client.Import(ctx, src, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	resp := h.raw(t, "GET", "/v1/export/"+imp.RootID.String()+".tar", "", nil, nil)
 	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 || resp.Trailer.Get(TrailerStatus) != "ok" {
+	if err != nil || resp.StatusCode != 200 || resp.Trailer.Get(v1.TrailerStatus) != "ok" {
 		t.Fatalf("intact export: %d, %v, trailers %v", resp.StatusCode, err, resp.Trailer)
 	}
 	names := tarNames(t, body)
@@ -403,12 +405,12 @@ func TestExportTarFailsMidStream(t *testing.T) {
 	if len(body) == 0 {
 		t.Fatal("the stream failed before its first byte; this test wants it to fail mid-stream")
 	}
-	if resp.Trailer.Get(TrailerStatus) != "error" {
-		t.Fatalf("trailers %v, want %s: error", resp.Trailer, TrailerStatus)
+	if resp.Trailer.Get(v1.TrailerStatus) != "error" {
+		t.Fatalf("trailers %v, want %s: error", resp.Trailer, v1.TrailerStatus)
 	}
 	var e errdefs.Error
-	if err := json.Unmarshal([]byte(resp.Trailer.Get(TrailerError)), &e); err != nil || e.Code != errdefs.CodeCorrupt {
-		t.Fatalf("%s trailer %q: %+v, %v", TrailerError, resp.Trailer.Get(TrailerError), e, err)
+	if err := json.Unmarshal([]byte(resp.Trailer.Get(v1.TrailerError)), &e); err != nil || e.Code != errdefs.CodeCorrupt {
+		t.Fatalf("%s trailer %q: %+v, %v", v1.TrailerError, resp.Trailer.Get(v1.TrailerError), e, err)
 	}
 	// Even a reader that ignores the trailers cannot take the corrupt member
 	// as complete: it is cut short.
@@ -456,13 +458,13 @@ func TestTraceAndIdempotencyReachTheRequest(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	resp := h.raw(t, "POST", "/v1/fsck", "", map[string]string{
-		HeaderTraceparent:    "00-" + trace + "-00f067aa0ba902b7-01",
-		HeaderIdempotencyKey: "retry-me-42",
+		v1.HeaderTraceparent:    "00-" + trace + "-00f067aa0ba902b7-01",
+		v1.HeaderIdempotencyKey: "retry-me-42",
 	}, nil)
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	tp := resp.Header.Get(HeaderTraceparent)
+	tp := resp.Header.Get(v1.HeaderTraceparent)
 	got, flags, ok := splitTraceparent(tp)
 	if !ok || got != trace || flags != "01" || strings.Contains(tp, "00f067aa0ba902b7") {
 		t.Fatalf("response traceparent %q: want trace %s with a new span", tp, trace)
@@ -473,7 +475,7 @@ func TestTraceAndIdempotencyReachTheRequest(t *testing.T) {
 	}
 
 	// A read is not a mutation: its key (if any) is not recorded.
-	resp = h.raw(t, "GET", "/v1/status", "", map[string]string{HeaderIdempotencyKey: "read-key"}, nil)
+	resp = h.raw(t, "GET", "/v1/status", "", map[string]string{v1.HeaderIdempotencyKey: "read-key"}, nil)
 	if resp.StatusCode != 200 || strings.Contains(h.logs.String(), "read-key") {
 		t.Fatalf("status with a key: %d", resp.StatusCode)
 	}
@@ -488,12 +490,12 @@ func TestGracefulShutdown(t *testing.T) {
 
 	pr, pw := io.Pipe()
 	type result struct {
-		res *ImportResponse
+		res *v1.ImportResponse
 		err error
 	}
 	resc := make(chan result, 1)
 	go func() {
-		res, err := h.client.ImportTar(ctx, pr, CallOptions{})
+		res, err := h.client.ImportTar(ctx, pr, client.CallOptions{})
 		resc <- result{res, err}
 	}()
 	tw := tar.NewWriter(pw)
@@ -514,7 +516,7 @@ func TestGracefulShutdown(t *testing.T) {
 		_, err := os.Lstat(h.socket)
 		return errors.Is(err, fs.ErrNotExist)
 	})
-	if _, err := NewClient(h.socket).Status(ctx); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := client.NewClient(h.socket).Status(ctx); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("new request during shutdown: %v, want unavailable", err)
 	}
 	select {
@@ -553,7 +555,7 @@ func TestShutdownGraceExpires(t *testing.T) {
 	defer pw.Close()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := h.client.ImportTar(context.Background(), pr, CallOptions{})
+		_, err := h.client.ImportTar(context.Background(), pr, client.CallOptions{})
 		errc <- err
 	}()
 	if _, err := pw.Write(make([]byte, 512)); err != nil { // a request is in flight

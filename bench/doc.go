@@ -14,7 +14,7 @@
 //     subject and baseline run round-robin (Interleave), each round starting
 //     with a different one.
 //   - Graph and attempt operations go through Ops, which drives the daemon
-//     as esfctl does: an api.Client over the unix socket of an api.Server
+//     as esfctl does: a client.Client over the unix socket of an api.Server
 //     in this process, so every latency includes the HTTP round trip and
 //     the JSON coding (path "api"). -bench.fabric calls the same operations
 //     as Fabric methods instead (path "fabric"): the difference is what the

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
 	"github.com/esf-dev/esf/fabric"
 )
 
@@ -134,7 +135,7 @@ func (e *Env) Main(ctx context.Context) (*Daemon, error) {
 // its API server on a unix socket and a client of it, as esfctl sees esfd.
 type Daemon struct {
 	Fabric   *fabric.Fabric
-	Client   *api.Client
+	Client   *client.Client
 	Ops      *Ops
 	StateDir string
 	Socket   string
@@ -189,7 +190,7 @@ func (e *Env) startDaemon(ctx context.Context, name string, frame int, configure
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(sctx, ln, 10*time.Second) }()
-	d.Client = api.NewClient(d.Socket)
+	d.Client = client.NewClient(d.Socket)
 	d.Ops = &Ops{c: d.Client, f: f, viaFabric: e.cfg.ViaFabric}
 	d.close = sync.OnceValue(func() error {
 		d.Client.Close()

@@ -2,10 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/fabric"
 )
 
@@ -13,7 +15,7 @@ import (
 // unix socket, so that every latency includes the HTTP round trip and the
 // JSON coding. Path reports, per operation, which way a row was measured.
 type Ops struct {
-	c *api.Client
+	c *client.Client
 	f *fabric.Fabric
 	// viaFabric calls the graph and attempt operations as Go methods (no
 	// transport), to measure what the API adds (-bench.fabric).
@@ -62,32 +64,33 @@ func (o *Ops) CreateGroup(ctx context.Context, rootID string) (fabric.CreateGrou
 	if o.viaFabric {
 		return o.f.CreateGroup(ctx, fabric.CreateGroupRequest{RootID: rootID})
 	}
-	r, err := o.c.CreateGroup(ctx, fabric.CreateGroupRequest{RootID: rootID}, apiOpts)
+	r, err := o.c.CreateGroup(ctx, v1.CreateGroupRequest{RootID: rootID}, apiOpts)
 	if err != nil {
 		return fabric.CreateGroupResult{}, err
 	}
-	return *r, nil
+	return fromView[fabric.CreateGroupResult](r)
 }
 
 // Fork creates n drafts of node and returns their ids.
 func (o *Ops) Fork(ctx context.Context, node string, n int) ([]string, error) {
 	req := fabric.ForkRequest{NodeID: node, N: n}
-	var res *fabric.ForkResult
+	var ids []string
 	if o.viaFabric {
 		r, err := o.f.Fork(ctx, req)
 		if err != nil {
 			return nil, err
 		}
-		res = &r
+		for _, n := range r.Nodes {
+			ids = append(ids, n.NodeID)
+		}
 	} else {
-		var err error
-		if res, err = o.c.Fork(ctx, req, apiOpts); err != nil {
+		r, err := o.c.Fork(ctx, v1.ForkRequest(req), apiOpts)
+		if err != nil {
 			return nil, err
 		}
-	}
-	ids := make([]string, len(res.Nodes))
-	for i, n := range res.Nodes {
-		ids[i] = n.NodeID
+		for _, n := range r.Nodes {
+			ids = append(ids, n.NodeID)
+		}
 	}
 	return ids, nil
 }
@@ -110,7 +113,7 @@ func (o *Ops) Activate(ctx context.Context, node string) (attemptID, root string
 		a, err := o.f.Activate(ctx, req)
 		return a.AttemptID, a.Root, err
 	}
-	a, err := o.c.Activate(ctx, req, apiOpts)
+	a, err := o.c.Activate(ctx, v1.ActivateRequest(req), apiOpts)
 	if err != nil {
 		return "", "", err
 	}
@@ -123,11 +126,11 @@ func (o *Ops) ActivateAttempt(ctx context.Context, req fabric.ActivateRequest) (
 	if o.viaFabric {
 		return o.f.Activate(ctx, req)
 	}
-	a, err := o.c.Activate(ctx, req, apiOpts)
+	a, err := o.c.Activate(ctx, v1.ActivateRequest(req), apiOpts)
 	if err != nil {
 		return fabric.AttemptView{}, err
 	}
-	return *a, nil
+	return fromView[fabric.AttemptView](a)
 }
 
 // Exec runs req in an attempt, discarding its output, and fails unless it
@@ -138,7 +141,9 @@ func (o *Ops) Exec(ctx context.Context, req fabric.ExecRequest) error {
 	if o.viaFabric {
 		res, err = o.f.Exec(ctx, req, fabric.ExecStreams{Stdout: io.Discard, Stderr: io.Discard})
 	} else {
-		res, err = o.c.Exec(ctx, req, io.Discard, io.Discard)
+		var r v1.ExecResult
+		r, err = o.c.Exec(ctx, v1.ExecRequest(req), io.Discard, io.Discard)
+		res = fabric.ExecResult(r)
 	}
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exec %v in %s: exit code %d", req.Args, req.AttemptID, res.ExitCode)
@@ -162,7 +167,7 @@ func (o *Ops) suspend(ctx context.Context, req fabric.SuspendRequest) (string, e
 		res, err := o.f.Suspend(ctx, req)
 		return res.Node.NodeID, err
 	}
-	res, err := o.c.Suspend(ctx, req, apiOpts)
+	res, err := o.c.Suspend(ctx, v1.SuspendRequest(req), apiOpts)
 	if err != nil {
 		return "", err
 	}
@@ -176,10 +181,22 @@ func (o *Ops) Release(ctx context.Context, attemptID string) error {
 		_, err := o.f.Release(ctx, req)
 		return err
 	}
-	_, err := o.c.Release(ctx, req, apiOpts)
+	_, err := o.c.Release(ctx, v1.ReleaseRequest(req), apiOpts)
 	return err
 }
 
 // apiOpts are the call options of the benchmarks' API calls: none, so the
 // server generates the idempotency key as it does for esfctl by default.
-var apiOpts = api.CallOptions{}
+var apiOpts = client.CallOptions{}
+
+// fromView reads a /v1 view back as the fabric result it was made from, so
+// the benchmarks handle one type whichever path drove the daemon. The two
+// encode alike (api's TestViewsEncodeAsRecords).
+func fromView[T any](v any) (T, error) {
+	var t T
+	b, err := json.Marshal(v)
+	if err == nil {
+		err = json.Unmarshal(b, &t)
+	}
+	return t, err
+}

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/local"
 	"github.com/esf-dev/esf/fabric"
@@ -56,7 +57,7 @@ func benchBreakdown(ctx context.Context, e *Env) error {
 	}
 	forkAPI := func(ctx context.Context) (Measurement, error) {
 		return Timed(1, func() error {
-			_, err := d.Client.Fork(ctx, fabric.ForkRequest{NodeID: g.Node.NodeID, N: 1}, apiOpts)
+			_, err := d.Client.Fork(ctx, v1.ForkRequest{NodeID: g.Node.NodeID, N: 1}, apiOpts)
 			return err
 		})
 	}
@@ -160,7 +161,7 @@ func benchBreakdown(ctx context.Context, e *Env) error {
 		Baseline: "fork as a Fabric method", BaselineValue: s[2].P50, Path: "api",
 		Note: "the difference is the HTTP round trip and JSON over the unix socket"})
 	e.Add(Row{Name: "part: API round trip (GET /v1/status)", Value: s[7].P50, Unit: "ms", P90: s[7].P90, N: s[7].N, Samples: s[7].Values, Path: "api",
-		Note: "an api.Client call that does no work in the daemon: HTTP over the unix socket, JSON, the server's request plumbing"})
+		Note: "a client.Client call that does no work in the daemon: HTTP over the unix socket, JSON, the server's request plumbing"})
 	e.Add(Row{Name: "part: journal commit (fork as a Fabric method)", Value: s[2].P50, Unit: "ms", P90: s[2].P90, N: s[2].N, Samples: s[2].Values,
 		Baseline: "fdatasync", BaselineValue: s[0].P50, Path: "fabric",
 		Note: "one pebble batch committed with Sync: a WAL write and an fdatasync"})

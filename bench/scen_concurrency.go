@@ -6,7 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/fabric"
 )
 
@@ -37,11 +38,11 @@ func benchConcurrency(ctx context.Context, e *Env) error {
 		return err
 	}
 	root := g.Node.NodeID
-	// One api.Client per client, each with its own connection, as separate
+	// One client.Client per client, each with its own connection, as separate
 	// processes would have; with -bench.fabric they call the Fabric.
 	clients := make([]*Ops, concurrentClients)
 	for i := range clients {
-		clients[i] = &Ops{c: api.NewClient(d.Socket), f: d.Fabric, viaFabric: d.Ops.viaFabric}
+		clients[i] = &Ops{c: client.NewClient(d.Socket), f: d.Fabric, viaFabric: d.Ops.viaFabric}
 	}
 	fork := func(ctx context.Context, o *Ops) error { _, err := o.Fork(ctx, root, 1); return err }
 	evaluate := func(ctx context.Context, o *Ops) error {
@@ -50,7 +51,7 @@ func benchConcurrency(ctx context.Context, e *Env) error {
 			_, err := o.f.Evaluate(ctx, req)
 			return err
 		}
-		_, err := o.c.Evaluate(ctx, req, apiOpts)
+		_, err := o.c.Evaluate(ctx, v1.EvaluateRequest(req), apiOpts)
 		return err
 	}
 	// ops mutations per measurement, spread over n clients.

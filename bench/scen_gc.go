@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"path/filepath"
 
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/fabric"
 )
 
@@ -42,11 +43,11 @@ func collect(ctx context.Context, d *Daemon) (fabric.CollectReport, error) {
 	if d.Ops.viaFabric {
 		return d.Fabric.Collect(ctx, fabric.CollectRequest{})
 	}
-	r, err := d.Client.Collect(ctx, fabric.CollectRequest{}, apiOpts)
+	r, err := d.Client.Collect(ctx, v1.CollectRequest{}, apiOpts)
 	if err != nil {
 		return fabric.CollectReport{}, err
 	}
-	return *r, nil
+	return fromView[fabric.CollectReport](r)
 }
 
 // usage counts the regular files below dir and their bytes.

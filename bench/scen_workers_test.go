@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/bench"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
@@ -113,7 +115,7 @@ func benchWorkers(ctx context.Context, e *bench.Env) error {
 	}
 	srvB := api.NewServer(b.Fabric, api.ServerOptions{Forward: &api.ForwardOptions{}})
 	serve(func(ctx context.Context) error { return srvB.Serve(ctx, lnB, 10*time.Second) })
-	viaB := api.NewClient(sockB)
+	viaB := client.NewClient(sockB)
 	e.Cleanup(func() error { viaB.Close(); return nil })
 
 	// Forks/s: 64 clients, each forking the root of a group of its own,
@@ -173,10 +175,10 @@ func benchWorkers(ctx context.Context, e *bench.Env) error {
 		return err
 	}
 	e.Cleanup(func() error { return a.Ops.Release(context.Background(), at.AttemptID) })
-	execOn := func(c *api.Client) bench.Subject {
+	execOn := func(c *client.Client) bench.Subject {
 		return func(ctx context.Context) (bench.Measurement, error) {
 			return bench.Timed(1, func() error {
-				res, err := c.Exec(ctx, fabric.ExecRequest{AttemptID: at.AttemptID, Args: []string{"true"}}, io.Discard, io.Discard)
+				res, err := c.Exec(ctx, v1.ExecRequest{AttemptID: at.AttemptID, Args: []string{"true"}}, io.Discard, io.Discard)
 				if err == nil && res.ExitCode != 0 {
 					err = fmt.Errorf("exec true: exit %d", res.ExitCode)
 				}

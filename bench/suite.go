@@ -37,7 +37,7 @@ type Row struct {
 	// Verdict is pass, FAIL, todo, skip or error; empty for rows with no
 	// target (information).
 	Verdict string `json:"verdict,omitempty"`
-	// Path says how the subject was driven: "api" (a Go api.Client over the
+	// Path says how the subject was driven: "api" (a Go client.Client over the
 	// unix socket, as esfctl does), "fabric" (the Go method, no transport)
 	// or "fs" (system calls on a mounted directory).
 	Path string `json:"path,omitempty"`

@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/esf-dev/esf/api"
-	"github.com/esf-dev/esf/fabric"
-	"github.com/esf-dev/esf/journal"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 )
 
 // TestExecRightAfterDequeue: a runc attempt queued by the live-attempt
@@ -21,25 +20,25 @@ func TestExecRightAfterDequeue(t *testing.T) {
 	requireRunc(t)
 	d := startDaemonWith(t, "", "--max-attempts", "1")
 	g := createGroup(t, d, busyboxTree(t, d))
-	cl := api.NewClient(d.socket)
+	cl := client.NewClient(d.socket)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	opt := api.CallOptions{}
+	opt := client.CallOptions{}
 	for i := 0; i < 8; i++ {
 		kids := fork(t, d, g.Node.NodeID, 2)
-		hold, err := cl.Activate(ctx, fabric.ActivateRequest{NodeID: kids[0]}, opt)
+		hold, err := cl.Activate(ctx, v1.ActivateRequest{NodeID: kids[0]}, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := cl.Activate(ctx, fabric.ActivateRequest{NodeID: kids[1], Executor: fabric.ExecutorRunc}, opt)
+		q, err := cl.Activate(ctx, v1.ActivateRequest{NodeID: kids[1], Executor: v1.ExecutorRunc}, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if q.State != journal.AttemptQueued {
+		if q.State != v1.AttemptQueued {
 			t.Fatalf("second activation under --max-attempts 1: %s, want queued", q.State)
 		}
-		if _, err := cl.Release(ctx, fabric.ReleaseRequest{AttemptID: hold.AttemptID}, opt); err != nil {
+		if _, err := cl.Release(ctx, v1.ReleaseRequest{AttemptID: hold.AttemptID}, opt); err != nil {
 			t.Fatal(err)
 		}
 		waitUntil(t, "the queued attempt to start", func() bool {
@@ -47,17 +46,17 @@ func TestExecRightAfterDequeue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s := in.Attempt.State; s != journal.AttemptQueued && s != journal.AttemptActive {
+			if s := in.Attempt.State; s != v1.AttemptQueued && s != v1.AttemptActive {
 				t.Fatalf("queued attempt became %s: %s", s, in.Attempt.Error)
 			}
-			return in.Attempt.State == journal.AttemptActive
+			return in.Attempt.State == v1.AttemptActive
 		})
 		var out bytes.Buffer
-		res, err := cl.Exec(ctx, fabric.ExecRequest{AttemptID: q.AttemptID, Args: []string{"/bin/echo", "up"}}, &out, nil)
+		res, err := cl.Exec(ctx, v1.ExecRequest{AttemptID: q.AttemptID, Args: []string{"/bin/echo", "up"}}, &out, nil)
 		if err != nil || res.ExitCode != 0 || out.String() != "up\n" {
 			t.Fatalf("dequeue %d: exec as soon as the attempt is active: %v (exit %d, %q)", i, err, res.ExitCode, out.String())
 		}
-		if _, err := cl.Release(ctx, fabric.ReleaseRequest{AttemptID: q.AttemptID}, opt); err != nil {
+		if _, err := cl.Release(ctx, v1.ReleaseRequest{AttemptID: q.AttemptID}, opt); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,7 +4,7 @@
 // forks, promotes and prunes after a confirmation.
 //
 // The page talks only to this package's server, which calls esfd through
-// the same api.Client as every esfctl verb; nothing is loaded from the
+// the same client.Client as every esfctl verb; nothing is loaded from the
 // network. Every request needs the random token printed with the URL
 // (first as ?token=, then as the cookie the first answer sets), and its
 // Host must be a loopback name, so neither another local user's browser

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/esf-dev/esf/api"
-	"github.com/esf-dev/esf/journal"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 )
 
 // hub follows esfd's event log once for every page: it keeps what the
@@ -15,7 +15,7 @@ import (
 // the live attempts of each) and fans new events out to the pages'
 // event streams.
 type hub struct {
-	c *api.Client
+	c *client.Client
 
 	ready chan struct{} // closed once the log has been read to its end
 
@@ -24,22 +24,22 @@ type hub struct {
 	groups   []string // in creation order
 	known    map[string]bool
 	attempts map[string]attemptInfo
-	subs     map[chan journal.Event]struct{}
+	subs     map[chan v1.Event]struct{}
 	lastErr  string
 }
 
 type attemptInfo struct {
 	group, node string
-	state       journal.AttemptState
+	state       v1.AttemptState
 }
 
 // subBuffer is how many events a page may fall behind before its stream
 // is closed (the page then reconnects and reloads what it shows).
 const subBuffer = 1024
 
-func newHub(c *api.Client) *hub {
+func newHub(c *client.Client) *hub {
 	return &hub{c: c, ready: make(chan struct{}), known: map[string]bool{},
-		attempts: map[string]attemptInfo{}, subs: map[chan journal.Event]struct{}{}}
+		attempts: map[string]attemptInfo{}, subs: map[chan v1.Event]struct{}{}}
 }
 
 // run reads the log to its end, then follows it until ctx ends,
@@ -49,7 +49,7 @@ func (h *hub) run(ctx context.Context) {
 		h.mu.Lock()
 		after := h.seq
 		h.mu.Unlock()
-		err := h.c.Events(ctx, api.EventsQuery{After: after}, func(ev journal.Event) error { h.apply(ev, false); return nil })
+		err := h.c.Events(ctx, v1.EventsQuery{After: after}, func(ev v1.Event) error { h.apply(ev, false); return nil })
 		if err == nil {
 			break
 		}
@@ -60,7 +60,7 @@ func (h *hub) run(ctx context.Context) {
 		h.mu.Lock()
 		after := h.seq
 		h.mu.Unlock()
-		err := h.c.Events(ctx, api.EventsQuery{After: after, Follow: true}, func(ev journal.Event) error { h.apply(ev, true); return nil })
+		err := h.c.Events(ctx, v1.EventsQuery{After: after, Follow: true}, func(ev v1.Event) error { h.apply(ev, true); return nil })
 		if ctx.Err() != nil {
 			break
 		}
@@ -89,7 +89,7 @@ func (h *hub) failed(ctx context.Context, err error) {
 	}
 }
 
-func (h *hub) apply(ev journal.Event, publish bool) {
+func (h *hub) apply(ev v1.Event, publish bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ev.Seq <= h.seq {
@@ -97,16 +97,16 @@ func (h *hub) apply(ev journal.Event, publish bool) {
 	}
 	h.seq = ev.Seq
 	h.lastErr = ""
-	if ev.GroupID != "" && !h.known[ev.GroupID] && ev.Type == journal.EventGroupCreated {
+	if ev.GroupID != "" && !h.known[ev.GroupID] && ev.Type == v1.EventGroupCreated {
 		h.known[ev.GroupID] = true
 		h.groups = append(h.groups, ev.GroupID)
 	}
 	switch ev.Type {
-	case journal.EventAttemptCreated:
-		h.attempts[ev.AttemptID] = attemptInfo{group: ev.GroupID, node: ev.NodeID, state: journal.AttemptQueued}
-	case journal.EventAttemptState:
+	case v1.EventAttemptCreated:
+		h.attempts[ev.AttemptID] = attemptInfo{group: ev.GroupID, node: ev.NodeID, state: v1.AttemptQueued}
+	case v1.EventAttemptState:
 		var d struct {
-			To journal.AttemptState `json:"to"`
+			To v1.AttemptState `json:"to"`
 		}
 		if json.Unmarshal(ev.Data, &d) == nil && d.To != "" {
 			a := h.attempts[ev.AttemptID]
@@ -131,22 +131,22 @@ func (h *hub) apply(ev journal.Event, publish bool) {
 	}
 }
 
-func live(s journal.AttemptState) bool {
-	return s == journal.AttemptQueued || s == journal.AttemptActive || s == journal.AttemptQuiescing
+func live(s v1.AttemptState) bool {
+	return s == v1.AttemptQueued || s == v1.AttemptActive || s == v1.AttemptQuiescing
 }
 
 // subscribe returns a channel of the events after the returned seq; it is
 // closed when the subscriber falls behind or the hub stops. Call
 // unsubscribe when done.
-func (h *hub) subscribe() (chan journal.Event, uint64) {
-	ch := make(chan journal.Event, subBuffer)
+func (h *hub) subscribe() (chan v1.Event, uint64) {
+	ch := make(chan v1.Event, subBuffer)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.subs[ch] = struct{}{}
 	return ch, h.seq
 }
 
-func (h *hub) unsubscribe(ch chan journal.Event) {
+func (h *hub) unsubscribe(ch chan v1.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.subs[ch]; ok {

@@ -17,9 +17,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
 )
 
 //go:embed assets
@@ -39,7 +39,7 @@ type Options struct {
 
 // Server is the web view's HTTP handler.
 type Server struct {
-	c     *api.Client
+	c     *client.Client
 	token string
 	hub   *hub
 	files *fileCache
@@ -48,7 +48,7 @@ type Server struct {
 
 // New returns the server of the view of c's daemon. Start must run for
 // the groups list and the live updates.
-func New(c *api.Client, opt Options) (*Server, error) {
+func New(c *client.Client, opt Options) (*Server, error) {
 	tok := opt.Token
 	if tok == "" {
 		var b [32]byte
@@ -263,7 +263,7 @@ func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
 	ids, live, seq, lastErr := s.hub.groupsSnapshot()
 	out := GroupsResponse{Groups: []GroupRow{}, Seq: seq, Error: lastErr}
 	for _, id := range ids {
-		in, err := s.c.Inspect(r.Context(), id, api.CallOptions{})
+		in, err := s.c.Inspect(r.Context(), id, client.CallOptions{})
 		if errors.Is(err, errdefs.ErrNotFound) {
 			continue
 		}
@@ -279,9 +279,9 @@ func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
 }
 
 // raw passes the daemon's JSON answer through as it came.
-func raw(w http.ResponseWriter, call func(api.CallOptions) error) {
+func raw(w http.ResponseWriter, call func(client.CallOptions) error) {
 	var b []byte
-	if err := call(api.CallOptions{Raw: &b}); err != nil {
+	if err := call(client.CallOptions{Raw: &b}); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -290,16 +290,19 @@ func raw(w http.ResponseWriter, call func(api.CallOptions) error) {
 }
 
 func (s *Server) tree(w http.ResponseWriter, r *http.Request) {
-	raw(w, func(o api.CallOptions) error { _, err := s.c.Tree(r.Context(), r.PathValue("group"), o); return err })
+	raw(w, func(o client.CallOptions) error { _, err := s.c.Tree(r.Context(), r.PathValue("group"), o); return err })
 }
 
 func (s *Server) inspect(w http.ResponseWriter, r *http.Request) {
-	raw(w, func(o api.CallOptions) error { _, err := s.c.Inspect(r.Context(), r.PathValue("id"), o); return err })
+	raw(w, func(o client.CallOptions) error { _, err := s.c.Inspect(r.Context(), r.PathValue("id"), o); return err })
 }
 
 func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	raw(w, func(o api.CallOptions) error { _, err := s.c.Diff(r.Context(), q.Get("a"), q.Get("b"), o); return err })
+	raw(w, func(o client.CallOptions) error {
+		_, err := s.c.Diff(r.Context(), q.Get("a"), q.Get("b"), o)
+		return err
+	})
 }
 
 // maxPatch bounds the patch read for one file's text diff.
@@ -398,14 +401,14 @@ func decodeBody(r *http.Request, v any) error {
 }
 
 // callOptions gives each mutation an idempotency key, as esfctl does.
-func callOptions() api.CallOptions {
+func callOptions() client.CallOptions {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return api.CallOptions{IdempotencyKey: "ui-" + hex.EncodeToString(b[:]), KeyGenerated: true}
+	return client.CallOptions{IdempotencyKey: "ui-" + hex.EncodeToString(b[:]), KeyGenerated: true}
 }
 
 func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
-	var req fabric.ForkRequest
+	var req v1.ForkRequest
 	if err := decodeBody(r, &req); err != nil {
 		writeErr(w, err)
 		return
@@ -419,7 +422,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) promote(w http.ResponseWriter, r *http.Request) {
-	var req fabric.PromoteRequest
+	var req v1.PromoteRequest
 	if err := decodeBody(r, &req); err != nil {
 		writeErr(w, err)
 		return
@@ -433,7 +436,7 @@ func (s *Server) promote(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) prune(w http.ResponseWriter, r *http.Request) {
-	var req fabric.PruneRequest
+	var req v1.PruneRequest
 	if err := decodeBody(r, &req); err != nil {
 		writeErr(w, err)
 		return

@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/fabric"
 )
 
 // daemon serves a real Fabric on a temp socket, in process, and returns
 // a client of it.
-func daemon(t *testing.T) *api.Client {
+func daemon(t *testing.T) *client.Client {
 	t.Helper()
 	dir := t.TempDir()
 	f, err := fabric.Open(context.Background(), fabric.Options{StateDir: filepath.Join(dir, "state")})
@@ -34,7 +36,7 @@ func daemon(t *testing.T) *api.Client {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- api.NewServer(f, api.ServerOptions{}).Serve(ctx, ln, 5*time.Second) }()
-	c := api.NewClient(sock)
+	c := client.NewClient(sock)
 	t.Cleanup(func() {
 		c.Close()
 		cancel()
@@ -47,7 +49,7 @@ func daemon(t *testing.T) *api.Client {
 }
 
 // view starts the view's server of c on a loopback test listener.
-func view(t *testing.T, c *api.Client) (*Server, *httptest.Server) {
+func view(t *testing.T, c *client.Client) (*Server, *httptest.Server) {
 	t.Helper()
 	s, err := New(c, Options{})
 	if err != nil {
@@ -60,7 +62,7 @@ func view(t *testing.T, c *api.Client) (*Server, *httptest.Server) {
 	return s, hs
 }
 
-func group(t *testing.T, c *api.Client, files map[string]string) *fabric.CreateGroupResult {
+func group(t *testing.T, c *client.Client, files map[string]string) *v1.CreateGroupResult {
 	t.Helper()
 	dir := t.TempDir()
 	for name, data := range files {
@@ -72,11 +74,11 @@ func group(t *testing.T, c *api.Client, files map[string]string) *fabric.CreateG
 			t.Fatal(err)
 		}
 	}
-	imp, err := c.Import(context.Background(), dir, api.CallOptions{})
+	imp, err := c.Import(context.Background(), dir, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := c.CreateGroup(context.Background(), fabric.CreateGroupRequest{RootID: imp.RootID.String(), Source: dir}, api.CallOptions{})
+	g, err := c.CreateGroup(context.Background(), v1.CreateGroupRequest{RootID: imp.RootID.String(), Source: dir}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +147,7 @@ func TestServer_GroupsTreeFiles(t *testing.T) {
 	c := daemon(t)
 	g := group(t, c, map[string]string{"a.txt": "alpha\n", "dir/b.txt": "beta\n"})
 	ctx := context.Background()
-	kids, err := c.Fork(ctx, fabric.ForkRequest{NodeID: g.Node.NodeID, N: 2}, api.CallOptions{})
+	kids, err := c.Fork(ctx, v1.ForkRequest{NodeID: g.Node.NodeID, N: 2}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +171,7 @@ func TestServer_GroupsTreeFiles(t *testing.T) {
 		gs.Groups[0].CanonicalNodeID != g.Node.NodeID || gs.Groups[0].Generation != 1 {
 		t.Fatalf("groups: %d %+v", st, gs)
 	}
-	var tree api.TreeResponse
+	var tree v1.TreeResponse
 	if st := getJSON("/api/tree/"+g.Group.GroupID, &tree); st != 200 || len(tree.Nodes) != 3 {
 		t.Fatalf("tree: %d %+v", st, tree)
 	}

@@ -13,6 +13,9 @@ type CreateGroupRequest struct {
 	Source       string          `json:"source,omitempty"` // what was imported, for humans
 	Policy       json.RawMessage `json:"policy,omitempty"`
 	LogicalState json.RawMessage `json:"logical_state,omitempty"`
+	// Name, if set, names the group: unique in the graph (conflicts are
+	// already_exists), and usable where a group id is (E2B templateIDs).
+	Name string `json:"name,omitempty"`
 }
 
 // CreateGroupResult is the new group and its sealed root node.
@@ -139,6 +142,9 @@ type Group struct {
 	Generation uint64          `json:"generation"`
 	Policy     json.RawMessage `json:"policy,omitempty"`
 	CreatedAt  time.Time       `json:"created_at"`
+	// Name, if set, is unique among the graph's groups and never changes:
+	// what people and E2B templateIDs call the group.
+	Name string `json:"name,omitempty"`
 }
 
 // Node is a selectable checkpoint: a root tree in the CAS plus logical state.

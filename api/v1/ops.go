@@ -2,6 +2,8 @@ package v1
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -149,4 +151,22 @@ type Dropped struct {
 	// Paths are the first MaxDroppedPaths paths (relative to the root)
 	// that lost something, in export order, never null.
 	Paths []string `json:"paths"`
+}
+
+// Any reports whether anything was dropped.
+func (d Dropped) Any() bool { return d.SetID+d.Xattrs+d.Devices > 0 }
+
+// String says what was dropped in a few words, "" when nothing was.
+func (d Dropped) String() string {
+	var parts []string
+	if d.SetID > 0 {
+		parts = append(parts, fmt.Sprintf("%d setuid/setgid bits", d.SetID))
+	}
+	if d.Xattrs > 0 {
+		parts = append(parts, fmt.Sprintf("%d security.* xattrs", d.Xattrs))
+	}
+	if d.Devices > 0 {
+		parts = append(parts, fmt.Sprintf("%d device nodes", d.Devices))
+	}
+	return strings.Join(parts, ", ")
 }

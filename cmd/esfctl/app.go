@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/internal/randid"
 )
@@ -75,7 +75,7 @@ type app struct {
 	isTTY          func(*os.File) bool
 
 	json   bool // -o json
-	client *api.Client
+	client *client.Client
 	socket string
 	// genKey is the idempotency key esfctl made up for this run's mutation
 	// (none was given); an error whose outcome is unknown names it, so the
@@ -209,30 +209,30 @@ func (a *app) root() *cli.Command {
 }
 
 // newClient is a client of the socket, or of host over the network.
-func newClient(socket, host, tokenFile, caFile string) (*api.Client, error) {
+func newClient(socket, host, tokenFile, caFile string) (*client.Client, error) {
 	if host == "" {
 		if tokenFile != "" || caFile != "" {
 			return nil, fmt.Errorf("--token-file and --cacert are for --host: %w", errdefs.ErrInvalidArgument)
 		}
-		return api.NewClient(socket), nil
+		return client.NewClient(socket), nil
 	}
-	var o api.RemoteOptions
+	var o client.RemoteOptions
 	o.Host = host
 	if tokenFile != "" {
-		tok, err := api.ReadTokenFile(tokenFile)
+		tok, err := client.ReadTokenFile(tokenFile)
 		if err != nil {
 			return nil, err
 		}
 		o.Token = tok
 	}
 	if caFile != "" {
-		cfg, err := api.ClientTLS(caFile)
+		cfg, err := client.ClientTLS(caFile)
 		if err != nil {
 			return nil, err
 		}
 		o.TLS = cfg
 	}
-	return api.NewRemoteClient(o)
+	return client.NewRemoteClient(o)
 }
 
 // run runs esfctl with args and returns its exit status.
@@ -325,14 +325,14 @@ func idempotencyKeyFlag() cli.Flag {
 // the result of a made-up key a day, not for ever). A generated key is not printed
 // on success (the result is the result); it is named in the error when the
 // outcome is unknown (see run), which is the only time a retry needs it.
-func (a *app) callOptions(cmd *cli.Command) api.CallOptions {
+func (a *app) callOptions(cmd *cli.Command) client.CallOptions {
 	key := cmd.String("idempotency-key")
 	made := key == ""
 	if made {
 		key = "esfctl-" + randid.Hex(16)
 		a.genKey = key
 	}
-	return api.CallOptions{IdempotencyKey: key, KeyGenerated: made}
+	return client.CallOptions{IdempotencyKey: key, KeyGenerated: made}
 }
 
 // printRaw writes a JSON response body as the daemon sent it.

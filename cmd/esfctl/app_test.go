@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/esf-dev/esf/api"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/fabric"
@@ -174,7 +175,7 @@ func TestImportExportVerbs(t *testing.T) {
 	}
 
 	r = esfctl(t, sock, nil, "import", src, "-o", "json")
-	var imp api.ImportResponse
+	var imp v1.ImportResponse
 	if err := json.Unmarshal([]byte(r.stdout), &imp); err != nil || imp.RootID.String() != root || imp.NewObjects != 0 {
 		t.Fatalf("second import -o json: %+v, %v (%q)", imp, err, r.stdout)
 	}
@@ -232,7 +233,7 @@ func TestImportExportVerbs(t *testing.T) {
 	}
 
 	r = esfctl(t, sock, nil, "-o", "json", "status")
-	var st api.StatusResponse
+	var st v1.StatusResponse
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Objects == 0 {
 		t.Fatalf("status: %+v, %v", st, err)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/internal/size"
 )
 
@@ -33,7 +33,7 @@ func ttlFlag(usage string) cli.Flag {
 	return &cli.DurationFlag{Name: "ttl", Usage: usage}
 }
 
-func (a *app) printAttempt(raw []byte, v *fabric.AttemptView) error {
+func (a *app) printAttempt(raw []byte, v *v1.AttemptView) error {
 	if a.json {
 		return a.printRaw(raw)
 	}
@@ -58,8 +58,8 @@ func (a *app) activateCommand() *cli.Command {
 			"daemon's quotas waits queued, or with --no-queue fails with quota_exceeded\n" +
 			"(exit 7).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "executor", Usage: "executor of the attempt: none (a root to write in), runc (a container; see esfctl exec) or wasi", Value: fabric.ExecutorNone},
-			ttlFlag(fmt.Sprintf("lease time to live (default %v)", fabric.DefaultLeaseTTL)),
+			&cli.StringFlag{Name: "executor", Usage: "executor of the attempt: none (a root to write in), runc (a container; see esfctl exec) or wasi", Value: v1.ExecutorNone},
+			ttlFlag(fmt.Sprintf("lease time to live (default %v)", v1.DefaultLeaseTTL)),
 			&cli.BoolFlag{Name: "no-queue", Usage: "fail with quota_exceeded instead of waiting when the daemon is at capacity"},
 			&cli.StringFlag{Name: "memory", Usage: "memory limit, e.g. 512M or 2G (K, M, G, T: powers of 1024)"},
 			&cli.StringFlag{Name: "disk", Usage: "limit on what the attempt may write (bytes and, through metadata, files), e.g. 1G (default: the daemon's --default-disk)"},
@@ -80,7 +80,7 @@ func (a *app) activateCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			req := fabric.ActivateRequest{NodeID: cmd.Args().First(), Executor: cmd.String("executor"), TTLMillis: ttl,
+			req := v1.ActivateRequest{NodeID: cmd.Args().First(), Executor: cmd.String("executor"), TTLMillis: ttl,
 				NoQueue: cmd.Bool("no-queue"), Pids: cmd.Int64("pids"), CPUs: cmd.Float64("cpus"),
 				Workdir: cmd.String("workdir"), User: cmd.String("user"), CapAdd: cmd.StringSlice("cap-add"), Worker: cmd.String("worker")}
 			if req.MemoryBytes, err = size.Parse(cmd.String("memory")); err != nil {
@@ -133,7 +133,7 @@ func (a *app) suspendCommand() *cli.Command {
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
 			bar := a.spinner("sealing")
-			res, err := a.client.Suspend(ctx, fabric.SuspendRequest{AttemptID: cmd.Args().First(), LogicalState: state,
+			res, err := a.client.Suspend(ctx, v1.SuspendRequest{AttemptID: cmd.Args().First(), LogicalState: state,
 				KeepRunning: cmd.Bool("keep-running"), Token: cmd.Uint64("token")}, opt)
 			bar.Finish()
 			if err != nil {
@@ -170,7 +170,7 @@ func (a *app) releaseCommand() *cli.Command {
 			var raw []byte
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
-			v, err := a.client.Release(ctx, fabric.ReleaseRequest{AttemptID: cmd.Args().First(), Token: cmd.Uint64("token")}, opt)
+			v, err := a.client.Release(ctx, v1.ReleaseRequest{AttemptID: cmd.Args().First(), Token: cmd.Uint64("token")}, opt)
 			if err != nil {
 				return err
 			}
@@ -185,7 +185,7 @@ func (a *app) retryCommand() *cli.Command {
 		Usage:     "start a new attempt on the node of a failed one",
 		ArgsUsage: "ATTEMPT [--ttl D]",
 		Flags: []cli.Flag{
-			ttlFlag(fmt.Sprintf("lease time to live (default %v)", fabric.DefaultLeaseTTL)),
+			ttlFlag(fmt.Sprintf("lease time to live (default %v)", v1.DefaultLeaseTTL)),
 			idempotencyKeyFlag(),
 		},
 		Action: a.action(func(ctx context.Context, cmd *cli.Command) error {
@@ -199,7 +199,7 @@ func (a *app) retryCommand() *cli.Command {
 			var raw []byte
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
-			v, err := a.client.Retry(ctx, fabric.RetryRequest{AttemptID: cmd.Args().First(), TTLMillis: ttl}, opt)
+			v, err := a.client.Retry(ctx, v1.RetryRequest{AttemptID: cmd.Args().First(), TTLMillis: ttl}, opt)
 			if err != nil {
 				return err
 			}
@@ -232,7 +232,7 @@ func (a *app) leaseCommand() *cli.Command {
 				var raw []byte
 				opt := a.callOptions(cmd)
 				opt.Raw = &raw
-				l, err := a.client.Renew(ctx, fabric.RenewRequest{LeaseID: cmd.Args().First(), Token: cmd.Uint64("token"), TTLMillis: ttl}, opt)
+				l, err := a.client.Renew(ctx, v1.RenewRequest{LeaseID: cmd.Args().First(), Token: cmd.Uint64("token"), TTLMillis: ttl}, opt)
 				if err != nil {
 					return err
 				}
@@ -270,7 +270,7 @@ func (a *app) mountCommand() *cli.Command {
 			var raw []byte
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
-			res, err := a.client.Mount(ctx, fabric.MountRequest{NodeID: cmd.Args().First(), Dir: dir, RW: cmd.Bool("rw")}, opt)
+			res, err := a.client.Mount(ctx, v1.MountRequest{NodeID: cmd.Args().First(), Dir: dir, RW: cmd.Bool("rw")}, opt)
 			if err != nil {
 				return err
 			}
@@ -304,7 +304,7 @@ func (a *app) umountCommand() *cli.Command {
 			var raw []byte
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
-			res, err := a.client.Umount(ctx, fabric.UmountRequest{Dir: dir}, opt)
+			res, err := a.client.Umount(ctx, v1.UmountRequest{Dir: dir}, opt)
 			if err != nil {
 				return err
 			}

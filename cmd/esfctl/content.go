@@ -15,10 +15,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v3"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/export"
-	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/internal/atomicfile"
 )
 
@@ -44,7 +43,7 @@ func (a *app) importCommand() *cli.Command {
 			}
 			src := cmd.Args().First()
 			var (
-				res *api.ImportResponse
+				res *v1.ImportResponse
 				err error
 			)
 			if src == "-" {
@@ -69,7 +68,7 @@ func (a *app) importCommand() *cli.Command {
 	}
 }
 
-func (a *app) importPath(ctx context.Context, src string, opt api.CallOptions) (*api.ImportResponse, error) {
+func (a *app) importPath(ctx context.Context, src string, opt client.CallOptions) (*v1.ImportResponse, error) {
 	abs, err := filepath.Abs(src)
 	if err != nil {
 		return nil, fmt.Errorf("import %s: %v: %w", src, err, errdefs.ErrInvalidArgument)
@@ -79,7 +78,7 @@ func (a *app) importPath(ctx context.Context, src string, opt api.CallOptions) (
 	return a.client.Import(ctx, abs, opt)
 }
 
-func (a *app) importStdin(ctx context.Context, opt api.CallOptions) (*api.ImportResponse, error) {
+func (a *app) importStdin(ctx context.Context, opt client.CallOptions) (*v1.ImportResponse, error) {
 	total := int64(-1)
 	if f, ok := a.stdin.(*os.File); ok {
 		if a.isTTY(f) {
@@ -172,14 +171,14 @@ func (a *app) exportCommand() *cli.Command {
 				}
 				prov = abs
 			}
-			info := fabric.ExportInfo{Format: format, Base: base}
-			priv := fabric.ExportOptions{PreservePrivileged: cmd.Bool("preserve-privileged")}
+			info := v1.ExportInfo{Format: format, Base: base}
+			priv := client.ExportOptions{PreservePrivileged: cmd.Bool("preserve-privileged")}
 			if priv.PreservePrivileged && format == "patch" {
 				return fmt.Errorf("export --preserve-privileged: not with --format patch: %w", errdefs.ErrInvalidArgument)
 			}
 			switch {
 			case format == "dir":
-				return a.exportDir(ctx, fabric.ExportRequest{ID: id, To: to, Artifact: artifact, Provenance: prov,
+				return a.exportDir(ctx, v1.ExportNodeRequest{ID: id, To: to, Artifact: artifact, Provenance: prov,
 					PreservePrivileged: priv.PreservePrivileged}, a.callOptions(cmd))
 			case to == "-":
 				return a.exportStdout(ctx, id, info, prov, priv)
@@ -204,7 +203,7 @@ func tarFormat(name string) string {
 	return ""
 }
 
-func (a *app) exportDir(ctx context.Context, req fabric.ExportRequest, opt api.CallOptions) error {
+func (a *app) exportDir(ctx context.Context, req v1.ExportNodeRequest, opt client.CallOptions) error {
 	abs, err := filepath.Abs(req.To)
 	if err != nil {
 		return fmt.Errorf("export --to %s: %v: %w", req.To, err, errdefs.ErrInvalidArgument)
@@ -230,19 +229,19 @@ func (a *app) exportDir(ctx context.Context, req fabric.ExportRequest, opt api.C
 // reportDropped tells the user on stderr what an export left out because
 // it could give privilege on the host (JSON output carries it as
 // "dropped").
-func (a *app) reportDropped(d *export.Dropped) {
+func (a *app) reportDropped(d *v1.Dropped) {
 	if d == nil || !d.Any() {
 		return
 	}
 	more := ""
-	if n := d.SetID + d.Xattrs + d.Devices; int64(len(d.Paths)) < n && len(d.Paths) == export.MaxDroppedPaths {
+	if n := d.SetID + d.Xattrs + d.Devices; int64(len(d.Paths)) < n && len(d.Paths) == v1.MaxDroppedPaths {
 		more = ", ..."
 	}
 	fmt.Fprintf(a.stderr, "dropped %s (--preserve-privileged keeps them): %s%s\n",
 		d.String(), strings.Join(d.Paths, ", "), more)
 }
 
-func (a *app) exportStdout(ctx context.Context, id string, info fabric.ExportInfo, prov string, priv fabric.ExportOptions) error {
+func (a *app) exportStdout(ctx context.Context, id string, info v1.ExportInfo, prov string, priv client.ExportOptions) error {
 	if f, ok := a.stdout.(*os.File); ok && a.isTTY(f) {
 		return fmt.Errorf("export --to -: stdout is a terminal, redirect it: %w", errdefs.ErrInvalidArgument)
 	}
@@ -251,7 +250,7 @@ func (a *app) exportStdout(ctx context.Context, id string, info fabric.ExportInf
 	if info.Format == "patch" {
 		_, err = a.client.Patch(ctx, info.Base, id, a.stdout)
 	} else {
-		var res *api.ExportTarResult
+		var res *client.ExportTarResult
 		if res, err = a.client.ExportTar(ctx, id, a.stdout, priv); err == nil {
 			a.reportDropped(res.Dropped)
 		}
@@ -274,10 +273,10 @@ type fileExport struct {
 	Provenance string `json:"provenance"`
 	// Dropped is what a tar left out because it could give privilege on
 	// the host (absent for a patch).
-	Dropped *export.Dropped `json:"dropped,omitempty"`
+	Dropped *v1.Dropped `json:"dropped,omitempty"`
 }
 
-func (a *app) exportFile(ctx context.Context, id, to string, info fabric.ExportInfo, prov string, priv fabric.ExportOptions) (err error) {
+func (a *app) exportFile(ctx context.Context, id, to string, info v1.ExportInfo, prov string, priv client.ExportOptions) (err error) {
 	abs, err := filepath.Abs(to)
 	if err != nil {
 		return fmt.Errorf("export --to %s: %v: %w", to, err, errdefs.ErrInvalidArgument)
@@ -311,7 +310,7 @@ func (a *app) exportFile(ctx context.Context, id, to string, info fabric.ExportI
 		enc, w = gw, gw
 	}
 	bar := a.progress(-1, "exporting to "+filepath.Base(abs))
-	var res *api.ExportTarResult
+	var res *client.ExportTarResult
 	if format == "patch" {
 		res, err = a.client.Patch(ctx, info.Base, id, io.MultiWriter(w, bar))
 	} else {

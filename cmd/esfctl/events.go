@@ -7,8 +7,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/esf-dev/esf/api"
-	"github.com/esf-dev/esf/journal"
+	v1 "github.com/esf-dev/esf/api/v1"
 )
 
 func (a *app) eventsCommand() *cli.Command {
@@ -33,9 +32,9 @@ func (a *app) eventsCommand() *cli.Command {
 			if err := exactArgs(cmd, 0); err != nil {
 				return err
 			}
-			q := api.EventsQuery{After: cmd.Uint64("after"), GroupID: cmd.String("group"), NodeID: cmd.String("node"),
+			q := v1.EventsQuery{After: cmd.Uint64("after"), GroupID: cmd.String("group"), NodeID: cmd.String("node"),
 				AttemptID: cmd.String("attempt"), Types: cmd.StringSlice("type"), Follow: cmd.Bool("follow")}
-			err := a.client.Events(ctx, q, func(ev journal.Event) error {
+			err := a.client.Events(ctx, q, func(ev v1.Event) error {
 				b, err := json.Marshal(ev)
 				if err != nil {
 					return err

@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
 )
 
 func (a *app) execCommand() *cli.Command {
@@ -48,7 +48,7 @@ func (a *app) execCommand() *cli.Command {
 			if len(args) < 1 {
 				return fmt.Errorf("exec: want ATTEMPT -- CMD [ARGS...]: %w", errdefs.ErrInvalidArgument)
 			}
-			req := fabric.ExecRequest{AttemptID: args[0], Args: args[1:], Workdir: cmd.String("workdir"),
+			req := v1.ExecRequest{AttemptID: args[0], Args: args[1:], Workdir: cmd.String("workdir"),
 				User: cmd.String("user"), Module: cmd.String("module"), TTY: cmd.Bool("tty")}
 			if len(req.Args) == 0 && req.Module == "" {
 				return fmt.Errorf("exec: no command after the attempt: %w", errdefs.ErrInvalidArgument)
@@ -66,7 +66,7 @@ func (a *app) execCommand() *cli.Command {
 			} else if d > 0 {
 				req.TimeoutMillis = max(d.Milliseconds(), 1)
 			}
-			s := api.ExecStreams{Stdout: a.stdout, Stderr: a.stderr}
+			s := client.ExecStreams{Stdout: a.stdout, Stderr: a.stderr}
 			if cmd.Bool("interactive") {
 				s.Stdin = a.stdin
 			}

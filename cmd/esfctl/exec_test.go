@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/esf-dev/esf/api"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/fabric"
 )
 
@@ -37,17 +37,17 @@ func fakeDaemon(t *testing.T) (string, *recorder) {
 			t.Error(err)
 		}
 		rec.reqs <- req
-		w.Header().Set("Content-Type", api.MediaJSON)
+		w.Header().Set("Content-Type", v1.MediaJSON)
 		io.WriteString(w, `{"attempt_id":"att_1","node_id":"`+req.NodeID+`","state":"active"}`)
 	})
 	mux.HandleFunc("POST /v1/exec", func(w http.ResponseWriter, r *http.Request) {
 		ct := r.Header.Get("Content-Type")
 		rec.forms <- ct
 		body := io.Reader(r.Body)
-		if ct == api.MediaExecStream {
+		if ct == v1.MediaExecStream {
 			http.NewResponseController(w).EnableFullDuplex()
 			var hdr [5]byte
-			if _, err := io.ReadFull(r.Body, hdr[:]); err != nil || hdr[0] != api.FrameRequest {
+			if _, err := io.ReadFull(r.Body, hdr[:]); err != nil || hdr[0] != v1.FrameRequest {
 				t.Errorf("first frame % x, %v", hdr, err)
 				return
 			}
@@ -58,9 +58,9 @@ func fakeDaemon(t *testing.T) (string, *recorder) {
 			t.Error(err)
 		}
 		rec.reqs <- req
-		w.Header().Set("Content-Type", api.MediaExecStream)
+		w.Header().Set("Content-Type", v1.MediaExecStream)
 		exit := []byte(`{"exit_code":42,"ms":1}`)
-		frame := append([]byte{api.FrameExit, 0, 0, 0, byte(len(exit))}, exit...)
+		frame := append([]byte{v1.FrameExit, 0, 0, 0, byte(len(exit))}, exit...)
 		w.Write(frame)
 	})
 	srv := &http.Server{Handler: mux}
@@ -128,9 +128,9 @@ func TestExecFlags(t *testing.T) {
 		if got := <-rec.reqs; !reflect.DeepEqual(got, want) {
 			t.Errorf("%v: request %+v\nwant %+v", tc.flags, got, want)
 		}
-		wantForm := api.MediaJSON
+		wantForm := v1.MediaJSON
 		if tc.stdin || tc.tty {
-			wantForm = api.MediaExecStream
+			wantForm = v1.MediaExecStream
 		}
 		if got := <-rec.forms; got != wantForm {
 			t.Errorf("%v: sent as %s, want %s", tc.flags, got, wantForm)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/esf-dev/esf/api"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
 )
 
@@ -22,7 +22,7 @@ func (a *app) fsckCommand() *cli.Command {
 			if err := exactArgs(cmd, 0); err != nil {
 				return err
 			}
-			res, err := a.client.FsckWith(ctx, api.FsckRequest{Remote: cmd.Bool("remote")}, a.callOptions(cmd))
+			res, err := a.client.FsckWith(ctx, v1.FsckRequest{Remote: cmd.Bool("remote")}, a.callOptions(cmd))
 			if err != nil {
 				return err
 			}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
 )
 
 // The graph verbs: group create, fork, inspect, tree, promote, evaluate,
@@ -76,7 +76,7 @@ func (a *app) groupCreate(ctx context.Context, cmd *cli.Command) error {
 	if err := exactArgs(cmd, 0); err != nil {
 		return err
 	}
-	req := fabric.CreateGroupRequest{Name: cmd.String("name")}
+	req := v1.CreateGroupRequest{Name: cmd.String("name")}
 	var err error
 	if req.Policy, err = jsonFlag(cmd, "policy"); err != nil {
 		return err
@@ -91,7 +91,7 @@ func (a *app) groupCreate(ctx context.Context, cmd *cli.Command) error {
 	case from == "-":
 		// The import is content-addressed: a retry stores nothing new and
 		// finds the same root, so it needs no key of its own.
-		imp, err := a.importStdin(ctx, api.CallOptions{})
+		imp, err := a.importStdin(ctx, client.CallOptions{})
 		if err != nil {
 			return err
 		}
@@ -143,8 +143,8 @@ func (a *app) forkCommand() *cli.Command {
 				return err
 			}
 			n := cmd.Int("n")
-			if n < 1 || n > fabric.MaxFork {
-				return fmt.Errorf("fork: -n %d: want 1..%d: %w", n, fabric.MaxFork, errdefs.ErrInvalidArgument)
+			if n < 1 || n > v1.MaxFork {
+				return fmt.Errorf("fork: -n %d: want 1..%d: %w", n, v1.MaxFork, errdefs.ErrInvalidArgument)
 			}
 			state, err := jsonFlag(cmd, "logical-state")
 			if err != nil {
@@ -153,7 +153,7 @@ func (a *app) forkCommand() *cli.Command {
 			var raw []byte
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
-			res, err := a.client.Fork(ctx, fabric.ForkRequest{NodeID: cmd.Args().First(), N: n, LogicalState: state}, opt)
+			res, err := a.client.Fork(ctx, v1.ForkRequest{NodeID: cmd.Args().First(), N: n, LogicalState: state}, opt)
 			if err != nil {
 				return err
 			}
@@ -178,7 +178,7 @@ func (a *app) inspectCommand() *cli.Command {
 				return err
 			}
 			var raw []byte
-			in, err := a.client.Inspect(ctx, cmd.Args().First(), api.CallOptions{Raw: &raw})
+			in, err := a.client.Inspect(ctx, cmd.Args().First(), client.CallOptions{Raw: &raw})
 			if err != nil {
 				return err
 			}
@@ -198,7 +198,7 @@ func (a *app) inspectCommand() *cli.Command {
 	}
 }
 
-func groupRows(g *fabric.GroupView) [][2]string {
+func groupRows(g *v1.GroupView) [][2]string {
 	rows := [][2]string{
 		{"group_id", g.GroupID},
 		{"root_node_id", g.RootNodeID},
@@ -213,7 +213,7 @@ func groupRows(g *fabric.GroupView) [][2]string {
 	return rows
 }
 
-func nodeRows(n *fabric.NodeView) [][2]string {
+func nodeRows(n *v1.NodeView) [][2]string {
 	rows := [][2]string{
 		{"node_id", n.NodeID},
 		{"group_id", n.GroupID},
@@ -249,7 +249,7 @@ func nodeRows(n *fabric.NodeView) [][2]string {
 	return rows
 }
 
-func attemptRows(v *fabric.AttemptView) [][2]string {
+func attemptRows(v *v1.AttemptView) [][2]string {
 	rows := [][2]string{
 		{"attempt_id", v.AttemptID},
 		{"node_id", v.NodeID},
@@ -318,7 +318,7 @@ func (a *app) treeCommand() *cli.Command {
 				return err
 			}
 			var raw []byte
-			tv, err := a.client.Tree(ctx, cmd.Args().First(), api.CallOptions{Raw: &raw})
+			tv, err := a.client.Tree(ctx, cmd.Args().First(), client.CallOptions{Raw: &raw})
 			if err != nil {
 				return err
 			}
@@ -349,7 +349,7 @@ func (a *app) promoteCommand() *cli.Command {
 			var raw []byte
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
-			g, err := a.client.Promote(ctx, fabric.PromoteRequest{GroupID: cmd.Args().Get(0), NodeID: cmd.Args().Get(1),
+			g, err := a.client.Promote(ctx, v1.PromoteRequest{GroupID: cmd.Args().Get(0), NodeID: cmd.Args().Get(1),
 				ExpectedGeneration: cmd.Uint64("expected-generation")}, opt)
 			if err != nil {
 				return err
@@ -388,7 +388,7 @@ func (a *app) evaluateCommand() *cli.Command {
 			if err := exactArgs(cmd, 1); err != nil {
 				return err
 			}
-			req := fabric.EvaluateRequest{Target: cmd.Args().First(), Evaluator: cmd.String("evaluator"),
+			req := v1.EvaluateRequest{Target: cmd.Args().First(), Evaluator: cmd.String("evaluator"),
 				Reward: cmd.Float("reward"), Verdict: cmd.String("verdict"),
 				Terminal: cmd.Bool("terminal"), Backprop: cmd.Bool("backprop")}
 			opt := a.callOptions(cmd)
@@ -430,7 +430,7 @@ func (a *app) uploadEvidence(ctx context.Context, p string) (string, error) {
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("evidence %s: not a regular file: %w", p, errdefs.ErrInvalidArgument)
 	}
-	res, err := a.client.PutEvidence(ctx, &fileReader{f: f}, api.CallOptions{})
+	res, err := a.client.PutEvidence(ctx, &fileReader{f: f}, client.CallOptions{})
 	if err != nil {
 		return "", fmt.Errorf("evidence %s: %w", p, err)
 	}
@@ -461,7 +461,7 @@ func (a *app) pruneCommand() *cli.Command {
 			var raw []byte
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
-			res, err := a.client.Prune(ctx, fabric.PruneRequest{NodeID: cmd.Args().First()}, opt)
+			res, err := a.client.Prune(ctx, v1.PruneRequest{NodeID: cmd.Args().First()}, opt)
 			if err != nil {
 				return err
 			}

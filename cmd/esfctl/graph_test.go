@@ -9,30 +9,28 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/esf-dev/esf/api"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
-	"github.com/esf-dev/esf/journal"
 )
 
-func node(id string, status journal.NodeStatus, parents ...string) journal.Node {
-	return journal.Node{NodeID: id, GroupID: "grp_g", Parents: parents, Status: status}
+func node(id string, status v1.NodeStatus, parents ...string) v1.Node {
+	return v1.Node{NodeID: id, GroupID: "grp_g", Parents: parents, Status: status}
 }
 
 func TestRenderTree(t *testing.T) {
-	nodes := []journal.Node{
-		node("node_aaaaaaaaaaaa0001", journal.NodeSealed),
-		node("node_aaaaaaaaaaaa0002", journal.NodeSealed, "node_aaaaaaaaaaaa0001"),
-		node("node_aaaaaaaaaaaa0003", journal.NodeDraft, "node_aaaaaaaaaaaa0001"),
-		node("node_aaaaaaaaaaaa0004", journal.NodeTerminal, "node_aaaaaaaaaaaa0002"),
-		node("node_aaaaaaaaaaaa0005", journal.NodePruned, "node_aaaaaaaaaaaa0002"),
-		node("node_aaaaaaaaaaaa0006", journal.NodeSealed, "node_aaaaaaaaaaaa0004", "node_aaaaaaaaaaaa0003"),
+	nodes := []v1.Node{
+		node("node_aaaaaaaaaaaa0001", v1.NodeSealed),
+		node("node_aaaaaaaaaaaa0002", v1.NodeSealed, "node_aaaaaaaaaaaa0001"),
+		node("node_aaaaaaaaaaaa0003", v1.NodeDraft, "node_aaaaaaaaaaaa0001"),
+		node("node_aaaaaaaaaaaa0004", v1.NodeTerminal, "node_aaaaaaaaaaaa0002"),
+		node("node_aaaaaaaaaaaa0005", v1.NodePruned, "node_aaaaaaaaaaaa0002"),
+		node("node_aaaaaaaaaaaa0006", v1.NodeSealed, "node_aaaaaaaaaaaa0004", "node_aaaaaaaaaaaa0003"),
 	}
 	nodes[0].Visits, nodes[0].Value = 2, 1.5
 	nodes[3].Visits, nodes[3].Value = 1, 1
-	tv := &api.TreeResponse{
-		TreeView: fabric.TreeView{
-			Group: journal.Group{GroupID: "grp_g", RootNodeID: nodes[0].NodeID, CanonicalNodeID: nodes[3].NodeID, Generation: 4},
+	tv := &v1.TreeResponse{
+		TreeView: v1.TreeView{
+			Group: v1.Group{GroupID: "grp_g", RootNodeID: nodes[0].NodeID, CanonicalNodeID: nodes[3].NodeID, Generation: 4},
 			Nodes: nodes,
 		},
 		Rewards: map[string]float64{nodes[3].NodeID: 1},
@@ -80,14 +78,14 @@ func TestRenderTree(t *testing.T) {
 // linear space (indentation stops at maxTreeIndent).
 func TestRenderTreeDeepChain(t *testing.T) {
 	const n = 20_000
-	nodes := make([]journal.Node, n)
+	nodes := make([]v1.Node, n)
 	for i := range nodes {
-		nodes[i] = node(journalID(i), journal.NodeSealed)
+		nodes[i] = node(journalID(i), v1.NodeSealed)
 		if i > 0 {
 			nodes[i].Parents = []string{nodes[i-1].NodeID}
 		}
 	}
-	tv := &api.TreeResponse{TreeView: fabric.TreeView{Group: journal.Group{GroupID: "grp_g"}, Nodes: nodes}}
+	tv := &v1.TreeResponse{TreeView: v1.TreeView{Group: v1.Group{GroupID: "grp_g"}, Nodes: nodes}}
 	var out bytes.Buffer
 	if err := renderTree(&out, tv); err != nil {
 		t.Fatal(err)
@@ -115,7 +113,7 @@ func journalID(i int) string {
 
 func TestShortIDs(t *testing.T) {
 	// Same last 8 characters: the short form grows until it is unique.
-	ids := shortIDs([]journal.Node{node("node_x1abcdefgh", ""), node("node_x2abcdefgh", ""), node("node_zz", "")})
+	ids := shortIDs([]v1.Node{node("node_x1abcdefgh", ""), node("node_x2abcdefgh", ""), node("node_zz", "")})
 	if ids["node_x1abcdefgh"] != "1abcdefgh" || ids["node_x2abcdefgh"] != "2abcdefgh" || ids["node_zz"] != "zz" {
 		t.Fatalf("short ids %v", ids)
 	}
@@ -135,7 +133,7 @@ func TestGraphVerbsInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := esfctl(t, sock, nil, "group", "create", "--from", src, "-o", "json")
-	var g fabric.CreateGroupResult
+	var g v1.CreateGroupResult
 	if err := json.Unmarshal([]byte(r.stdout), &g); r.status != 0 || err != nil {
 		t.Fatalf("group create: %+v %v", r, err)
 	}
@@ -150,7 +148,7 @@ func TestGraphVerbsInProcess(t *testing.T) {
 	}
 	r = esfctl(t, sock, nil, "evaluate", g.Node.NodeID, "--evaluator", "e@1", "--reward", "-1.5", "--verdict", "fail",
 		"--evidence", ev, "--evidence", ev, "--terminal", "-o", "json")
-	var e journal.Evaluation
+	var e v1.Evaluation
 	if err := json.Unmarshal([]byte(r.stdout), &e); r.status != 0 || err != nil {
 		t.Fatalf("evaluate: %+v %v", r, err)
 	}

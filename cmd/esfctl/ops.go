@@ -10,11 +10,10 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/internal/atomicfile"
-	"github.com/esf-dev/esf/treediff"
 )
 
 func (a *app) gcCommand() *cli.Command {
@@ -35,7 +34,7 @@ func (a *app) gcCommand() *cli.Command {
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
 			bar := a.spinner("collecting")
-			req := fabric.CollectRequest{DryRun: cmd.Bool("dry-run"), Remote: cmd.Bool("remote")}
+			req := v1.CollectRequest{DryRun: cmd.Bool("dry-run"), Remote: cmd.Bool("remote")}
 			if req.Remote {
 				req.RemoteGraceSeconds = max(int64(cmd.Duration("remote-grace").Seconds()), 1)
 			}
@@ -95,12 +94,12 @@ func (a *app) mergeCommand() *cli.Command {
 			var raw []byte
 			opt := a.callOptions(cmd)
 			opt.Raw = &raw
-			res, err := a.client.Merge(ctx, fabric.MergeRequest{
+			res, err := a.client.Merge(ctx, v1.MergeRequest{
 				Nodes: cmd.Args().Slice(), Base: cmd.String("base"), LogicalState: ls,
 				Promote: cmd.Bool("promote"), ExpectedGeneration: cmd.Uint64("expected-generation"),
 			}, opt)
 			if err != nil {
-				var pe *api.PathsError
+				var pe *client.PathsError
 				if errors.As(err, &pe) && !a.json {
 					for _, p := range pe.Paths {
 						fmt.Fprintln(a.stderr, displayPath(p))
@@ -133,15 +132,15 @@ func displayPath(p string) string {
 // changeLetter is the one-letter kind of a change in `esfctl diff`.
 func changeLetter(kind string) string {
 	switch kind {
-	case treediff.Added.String():
+	case v1.ChangeAdded:
 		return "A"
-	case treediff.Deleted.String():
+	case v1.ChangeDeleted:
 		return "D"
-	case treediff.Modified.String():
+	case v1.ChangeModified:
 		return "M"
-	case treediff.TypeChanged.String():
+	case v1.ChangeTypeChanged:
 		return "T"
-	case treediff.MetaChanged.String():
+	case v1.ChangeMetaChanged:
 		return "m"
 	}
 	return "?"
@@ -159,7 +158,7 @@ func (a *app) diffCommand() *cli.Command {
 				return err
 			}
 			var raw []byte
-			res, err := a.client.Diff(ctx, cmd.Args().Get(0), cmd.Args().Get(1), api.CallOptions{Raw: &raw})
+			res, err := a.client.Diff(ctx, cmd.Args().Get(0), cmd.Args().Get(1), client.CallOptions{Raw: &raw})
 			if err != nil {
 				return err
 			}
@@ -191,7 +190,7 @@ func (a *app) verifyProvenanceCommand() *cli.Command {
 				return fmt.Errorf("verify-provenance %s: %w", p, localError(err))
 			}
 			var raw []byte
-			rep, err := a.client.VerifyProvenance(ctx, b, api.CallOptions{Raw: &raw})
+			rep, err := a.client.VerifyProvenance(ctx, b, client.CallOptions{Raw: &raw})
 			if err != nil {
 				return err
 			}
@@ -216,8 +215,8 @@ func (a *app) verifyProvenanceCommand() *cli.Command {
 
 // writeProvenance fetches the record of an export esfctl made itself and
 // writes it to path, atomically.
-func (a *app) writeProvenance(ctx context.Context, id string, info fabric.ExportInfo, path string) error {
-	rec, err := a.client.Provenance(ctx, id, info, api.CallOptions{})
+func (a *app) writeProvenance(ctx context.Context, id string, info v1.ExportInfo, path string) error {
+	rec, err := a.client.Provenance(ctx, id, info, client.CallOptions{})
 	if err != nil {
 		return err
 	}

@@ -7,8 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/esf-dev/esf/api"
-	"github.com/esf-dev/esf/journal"
+	v1 "github.com/esf-dev/esf/api/v1"
 )
 
 // Rendering of `esfctl tree`. A node appears once, under its first parent
@@ -18,8 +17,8 @@ import (
 
 // shortIDs maps each node id to the shortest tail of its suffix, at least 8
 // characters, that no other node of the tree shares. Ids end in random
-// digits (see journal.IDGen), so 8 almost always suffice.
-func shortIDs(nodes []journal.Node) map[string]string {
+// digits (see v1.IDGen), so 8 almost always suffice.
+func shortIDs(nodes []v1.Node) map[string]string {
 	n := 8
 	for ; ; n++ {
 		seen := make(map[string]bool, len(nodes))
@@ -57,7 +56,7 @@ func tail(id string, n int) string {
 
 // nodeLabel is what a node shows: short id (canonical marked *), status,
 // the newest reward and MCTS statistics when it has them.
-func nodeLabel(tv *api.TreeResponse, n *journal.Node, short map[string]string) string {
+func nodeLabel(tv *v1.TreeResponse, n *v1.Node, short map[string]string) string {
 	var b strings.Builder
 	if n.NodeID == tv.Group.CanonicalNodeID {
 		b.WriteByte('*')
@@ -86,7 +85,7 @@ func nodeLabel(tv *api.TreeResponse, n *journal.Node, short map[string]string) s
 
 // children indexes the tree by first parent; nodes whose first parent is
 // not in the tree are roots (normally just the group's root node).
-func children(tv *api.TreeResponse) (map[string][]int, []int) {
+func children(tv *v1.TreeResponse) (map[string][]int, []int) {
 	in := make(map[string]bool, len(tv.Nodes))
 	for _, n := range tv.Nodes {
 		in[n.NodeID] = true
@@ -108,7 +107,7 @@ func children(tv *api.TreeResponse) (map[string][]int, []int) {
 // prints in linear, not quadratic, space.
 const maxTreeIndent = 32
 
-func renderTree(w io.Writer, tv *api.TreeResponse) error {
+func renderTree(w io.Writer, tv *v1.TreeResponse) error {
 	bw := bufio.NewWriter(w)
 	short := shortIDs(tv.Nodes)
 	fmt.Fprintf(bw, "%s  generation %d  canonical %s  (%d nodes)\n", tv.Group.GroupID, tv.Group.Generation,
@@ -153,7 +152,7 @@ func renderTree(w io.Writer, tv *api.TreeResponse) error {
 // renderDot writes the graph for Graphviz: every parent edge (merges
 // included), drafts dashed, pruned grey, terminal nodes doubled, the
 // canonical node bold.
-func renderDot(w io.Writer, tv *api.TreeResponse) error {
+func renderDot(w io.Writer, tv *v1.TreeResponse) error {
 	bw := bufio.NewWriter(w)
 	short := shortIDs(tv.Nodes)
 	fmt.Fprintf(bw, "digraph %s {\n", strconv.Quote(tv.Group.GroupID))
@@ -164,11 +163,11 @@ func renderDot(w io.Writer, tv *api.TreeResponse) error {
 		var attrs []string
 		attrs = append(attrs, "label="+strconv.Quote(strings.ReplaceAll(nodeLabel(tv, n, short), "  ", "\n")))
 		switch n.Status {
-		case journal.NodeDraft:
+		case v1.NodeDraft:
 			attrs = append(attrs, "style=dashed")
-		case journal.NodePruned:
+		case v1.NodePruned:
 			attrs = append(attrs, "color=grey", "fontcolor=grey")
-		case journal.NodeTerminal:
+		case v1.NodeTerminal:
 			attrs = append(attrs, "peripheries=2")
 		}
 		if n.NodeID == tv.Group.CanonicalNodeID {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
 	"github.com/esf-dev/esf/internal/testcert"
 )
 
@@ -59,7 +59,7 @@ func TestE2BFrontDoorFlags(t *testing.T) {
 		done <- root().Run(ctx, []string{"esfd", "--state", state, "--e2b-addr", addr, "--e2b-keys", keys,
 			"--e2b-tls-cert", pair.CertFile, "--e2b-tls-key", pair.KeyFile})
 	}()
-	c := api.NewClient(filepath.Join(state, "esfd.sock"))
+	c := client.NewClient(filepath.Join(state, "esfd.sock"))
 	defer c.Close()
 	waitServing(t, c)
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
 )
 
 // TestServeDefaultsAndStop runs the daemon in process with only --state:
@@ -25,7 +25,7 @@ func TestServeDefaultsAndStop(t *testing.T) {
 	go func() { done <- root().Run(ctx, []string{"esfd", "--state", state}) }()
 
 	sock := filepath.Join(state, "esfd.sock")
-	c := api.NewClient(sock)
+	c := client.NewClient(sock)
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -75,7 +75,7 @@ func TestStopAllNeedsAStoppedDaemon(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- root().Run(ctx, []string{"esfd", "--state", state}) }()
-	c := api.NewClient(filepath.Join(state, "esfd.sock"))
+	c := client.NewClient(filepath.Join(state, "esfd.sock"))
 	defer c.Close()
 	waitServing(t, c)
 
@@ -92,7 +92,7 @@ func TestStopAllNeedsAStoppedDaemon(t *testing.T) {
 	}
 }
 
-func waitServing(t *testing.T, c *api.Client) {
+func waitServing(t *testing.T, c *client.Client) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

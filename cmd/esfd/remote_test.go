@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
 	"github.com/esf-dev/esf/cas"
 	s3store "github.com/esf-dev/esf/cas/s3"
 	"github.com/esf-dev/esf/internal/s3test"
@@ -44,7 +44,7 @@ func TestServeWithCASRemote(t *testing.T) {
 			t.Errorf("serve: %v", err)
 		}
 	}()
-	cl := api.NewClient(socket)
+	cl := client.NewClient(socket)
 	defer cl.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -64,7 +64,7 @@ func TestServeWithCASRemote(t *testing.T) {
 	src := filepath.Join(dir, "src")
 	os.MkdirAll(src, 0o755)
 	os.WriteFile(filepath.Join(src, "f"), []byte("in the bucket"), 0o644)
-	if _, err := cl.Import(ctx, src, api.CallOptions{}); err != nil {
+	if _, err := cl.Import(ctx, src, client.CallOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	remote, err := s3store.New(s3store.Options{Client: srv.Client(), Bucket: bucket, Prefix: "w1"})

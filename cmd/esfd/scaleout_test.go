@@ -11,8 +11,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/esf-dev/esf/api"
-	"github.com/esf-dev/esf/fabric"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/internal/etcdtest"
 	"github.com/esf-dev/esf/internal/testcert"
 	"github.com/esf-dev/esf/journal"
@@ -79,11 +79,11 @@ func TestServeOnEtcdAndNetwork(t *testing.T) {
 			t.Errorf("serve: %v", err)
 		}
 	}()
-	cfg, err := api.ClientTLS(ca.CertFile)
+	cfg, err := client.ClientTLS(ca.CertFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := api.NewRemoteClient(api.RemoteOptions{Host: "https://" + addr, Token: "network-token-0123456789", TLS: cfg})
+	cl, err := client.NewRemoteClient(client.RemoteOptions{Host: "https://" + addr, Token: "network-token-0123456789", TLS: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +100,11 @@ func TestServeOnEtcdAndNetwork(t *testing.T) {
 	src := filepath.Join(dir, "src")
 	os.MkdirAll(src, 0o755)
 	os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644)
-	imp, err := cl.Import(ctx, src, api.CallOptions{})
+	imp, err := cl.Import(ctx, src, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := cl.CreateGroup(ctx, fabric.CreateGroupRequest{RootID: imp.RootID.String()}, api.CallOptions{})
+	g, err := cl.CreateGroup(ctx, v1.CreateGroupRequest{RootID: imp.RootID.String()}, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package esf is esf itself as a workspace.Provider: a session is an esf
 // group whose newest node runs in a runc attempt, on the daemon this
-// process talks to through api.Client, on the same host.
+// process talks to through client.Client, on the same host.
 //
 // Mapping:
 //

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/internal/randid"
 	"github.com/esf-dev/esf/workspace"
@@ -101,6 +101,6 @@ func newKey(op string) string { return "esf-ws-" + op + "-" + randid.Hex(12) }
 // keyed is the call options of a mutation under key, one newKey made up
 // for this package's own retries: the daemon forgets its result after a
 // day, not for ever.
-func keyed(key string) api.CallOptions {
-	return api.CallOptions{IdempotencyKey: key, KeyGenerated: true}
+func keyed(key string) client.CallOptions {
+	return client.CallOptions{IdempotencyKey: key, KeyGenerated: true}
 }

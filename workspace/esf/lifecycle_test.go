@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/journal"
 	"github.com/esf-dev/esf/sandbox"
 	"github.com/esf-dev/esf/workspace"
 )
@@ -50,7 +50,7 @@ func TestPauseResumeAttach(t *testing.T) {
 	if err := s.Pause(ctx); err != nil {
 		t.Errorf("second pause: %v", err)
 	}
-	if st := attemptState(t, first); st != journal.AttemptReleased {
+	if st := attemptState(t, first); st != v1.AttemptReleased {
 		t.Errorf("attempt after pause: %s", st)
 	}
 	if c := containers(t, first); len(c) > 0 {
@@ -289,7 +289,7 @@ func TestLeaseKeptAliveAndReclaimed(t *testing.T) {
 	for attemptState(t, att).Live() && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if st := attemptState(t, att); st != journal.AttemptFailed {
+	if st := attemptState(t, att); st != v1.AttemptFailed {
 		t.Fatalf("idle session's attempt: %s", st)
 	}
 	// The reaper stops the container after it records the expiry.

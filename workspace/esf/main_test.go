@@ -16,6 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
 	"github.com/esf-dev/esf/fabric"
@@ -39,7 +41,7 @@ type daemon struct {
 	f      *fabric.Fabric
 	ex     *runc.Executor
 	socket string
-	c      *api.Client
+	c      *client.Client
 	image  string // the busybox root id
 	stop   func() error
 }
@@ -149,7 +151,7 @@ func startDaemon() (_ *daemon, err error) {
 		}
 		return errors.Join(err, os.RemoveAll(dir))
 	}
-	d.c = api.NewClient(d.socket)
+	d.c = client.NewClient(d.socket)
 	rootfs := filepath.Join(dir, "busybox")
 	if err := runctest.Busybox(rootfs); err != nil {
 		d.stop()
@@ -159,7 +161,7 @@ func startDaemon() (_ *daemon, err error) {
 		d.stop()
 		return nil, err
 	}
-	imp, err := d.c.Import(ctx, rootfs, api.CallOptions{})
+	imp, err := d.c.Import(ctx, rootfs, client.CallOptions{})
 	if err != nil {
 		d.stop()
 		return nil, err
@@ -258,9 +260,9 @@ func containers(t *testing.T, attempt string) []string {
 }
 
 // attemptState reads an attempt's state from the daemon.
-func attemptState(t *testing.T, id string) journal.AttemptState {
+func attemptState(t *testing.T, id string) v1.AttemptState {
 	t.Helper()
-	in, err := testD.c.Inspect(context.Background(), id, api.CallOptions{})
+	in, err := testD.c.Inspect(context.Background(), id, client.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,8 +274,8 @@ func liveAttempts(t *testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
 	var live []string
-	err := testD.c.Events(ctx, api.EventsQuery{Types: []string{journal.EventAttemptCreated}}, func(ev journal.Event) error {
-		in, err := testD.c.Inspect(ctx, ev.AttemptID, api.CallOptions{})
+	err := testD.c.Events(ctx, v1.EventsQuery{Types: []string{journal.EventAttemptCreated}}, func(ev v1.Event) error {
+		in, err := testD.c.Inspect(ctx, ev.AttemptID, client.CallOptions{})
 		if err != nil {
 			return err
 		}

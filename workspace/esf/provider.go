@@ -12,11 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/esf-dev/esf/api"
-	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
-	"github.com/esf-dev/esf/journal"
 	"github.com/esf-dev/esf/vfs"
 	"github.com/esf-dev/esf/workspace"
 )
@@ -26,7 +24,7 @@ import (
 type Options struct {
 	// Client talks to esfd. When nil, the provider makes one for Socket
 	// and closes it in Close.
-	Client *api.Client
+	Client *client.Client
 	Socket string
 	// Image is what a Spec without one starts from: a node id, a root id
 	// or a local path (directory, tar, OCI layout) imported on each Create.
@@ -78,7 +76,7 @@ func (o Options) withDefaults() Options {
 		o.Namespace = "default"
 	}
 	if o.LeaseTTL == 0 {
-		o.LeaseTTL = fabric.DefaultLeaseTTL
+		o.LeaseTTL = v1.DefaultLeaseTTL
 	}
 	if o.CleanupTimeout == 0 {
 		o.CleanupTimeout = time.Minute
@@ -88,7 +86,7 @@ func (o Options) withDefaults() Options {
 
 // Provider is esf as a workspace.Provider. It is safe for concurrent use.
 type Provider struct {
-	c       *api.Client
+	c       *client.Client
 	ownsC   bool
 	opts    Options
 	cleanup time.Duration
@@ -114,7 +112,7 @@ func New(opts Options) (*Provider, error) {
 	opts = opts.withDefaults()
 	p := &Provider{c: opts.Client, opts: opts, cleanup: opts.CleanupTimeout, groups: map[string]bool{}}
 	if p.c == nil {
-		p.c, p.ownsC = api.NewClient(opts.Socket), true
+		p.c, p.ownsC = client.NewClient(opts.Socket), true
 	}
 	return p, nil
 }
@@ -248,17 +246,17 @@ func (p *Provider) Create(ctx context.Context, spec workspace.Spec) (workspace.S
 // resolveImage turns an image into something CreateGroup takes: node and
 // root ids as they are, a local path imported.
 func (p *Provider) resolveImage(ctx context.Context, image string) (string, error) {
-	if strings.HasPrefix(image, string(journal.KindNode)+"_") {
+	if strings.HasPrefix(image, string(v1.KindNode)+"_") {
 		return image, nil
 	}
-	if _, err := cas.ParseID(image); err == nil {
+	if _, err := v1.ParseID(image); err == nil {
 		return image, nil
 	}
 	abs, err := filepath.Abs(image)
 	if err != nil {
 		return "", invalid("create", "image %q: %v", image, err)
 	}
-	res, err := p.c.Import(ctx, abs, api.CallOptions{})
+	res, err := p.c.Import(ctx, abs, client.CallOptions{})
 	if err != nil {
 		return "", mapErr(ctx, "import", err, false)
 	}
@@ -272,24 +270,24 @@ type undo struct {
 	rec record // the session's
 
 	groupKey string
-	groupReq *fabric.CreateGroupRequest
-	group    *fabric.CreateGroupResult
+	groupReq *v1.CreateGroupRequest
+	group    *v1.CreateGroupResult
 
 	forkKey string
-	forkReq *fabric.ForkRequest
+	forkReq *v1.ForkRequest
 	node    string // the draft to run on, once known
 	ownNode bool   // made by this call: prune it when the call fails
 
 	actKey  string
-	actReq  *fabric.ActivateRequest // nil when refused: nothing to replay
-	actSent bool                    // an attempt may have run on node
-	att     *fabric.AttemptView
+	actReq  *v1.ActivateRequest // nil when refused: nothing to replay
+	actSent bool                // an attempt may have run on node
+	att     *v1.AttemptView
 }
 
 func (p *Provider) create(ctx context.Context, u *undo, root string) (*Session, error) {
 	rec := u.rec
 	u.groupKey = newKey("group")
-	u.groupReq = &fabric.CreateGroupRequest{RootID: root, Source: rec.Image, Policy: rec.policy()}
+	u.groupReq = &v1.CreateGroupRequest{RootID: root, Source: rec.Image, Policy: rec.policy()}
 	g, err := p.c.CreateGroup(ctx, *u.groupReq, keyed(u.groupKey))
 	if err != nil {
 		if !outcomeUnknown(ctx, err) {
@@ -320,11 +318,11 @@ func (p *Provider) create(ctx context.Context, u *undo, root string) (*Session, 
 
 // startOn forks a draft off the sealed node n (unless n is an untouched
 // draft already) and activates it.
-func (p *Provider) startOn(ctx context.Context, u *undo, n journal.Node) error {
+func (p *Provider) startOn(ctx context.Context, u *undo, n v1.Node) error {
 	u.node = n.NodeID
-	if n.Status != journal.NodeDraft {
+	if n.Status != v1.NodeDraft {
 		u.forkKey = newKey("fork")
-		u.forkReq = &fabric.ForkRequest{NodeID: n.NodeID, N: 1, LogicalState: mark(markRun)}
+		u.forkReq = &v1.ForkRequest{NodeID: n.NodeID, N: 1, LogicalState: mark(markRun)}
 		fr, err := p.c.Fork(ctx, *u.forkReq, keyed(u.forkKey))
 		if err != nil {
 			u.node = ""
@@ -337,7 +335,7 @@ func (p *Provider) startOn(ctx context.Context, u *undo, n journal.Node) error {
 	}
 	u.actKey, u.actSent = newKey("activate"), true
 	rec := u.rec
-	u.actReq = &fabric.ActivateRequest{NodeID: u.node, Executor: fabric.ExecutorRunc, TTLMillis: rec.TTLMillis,
+	u.actReq = &v1.ActivateRequest{NodeID: u.node, Executor: v1.ExecutorRunc, TTLMillis: rec.TTLMillis,
 		NoQueue: true, MemoryBytes: p.opts.MemoryBytes, Pids: p.opts.Pids, CPUs: p.opts.CPUs,
 		Env: rec.envList(), User: p.opts.User}
 	av, err := p.c.Activate(ctx, *u.actReq, keyed(u.actKey))
@@ -349,7 +347,7 @@ func (p *Provider) startOn(ctx context.Context, u *undo, n journal.Node) error {
 	}
 	u.att = av
 	switch {
-	case av.State != journal.AttemptActive:
+	case av.State != v1.AttemptActive:
 		return &workspace.ProviderError{Provider: ProviderName, Op: "activate", Code: string(errdefs.CodeFailedPrecondition),
 			Message: fmt.Sprintf("attempt %s is %s: %s", av.AttemptID, av.State, av.Error)}
 	case av.Root == "":
@@ -388,7 +386,7 @@ func (p *Provider) undo(ctx context.Context, u *undo, closeGroup bool) error {
 		}
 	}
 	if u.att != nil && u.att.State.Live() {
-		if _, err := p.c.Release(ctx, fabric.ReleaseRequest{AttemptID: u.att.AttemptID}, api.CallOptions{}); err != nil {
+		if _, err := p.c.Release(ctx, v1.ReleaseRequest{AttemptID: u.att.AttemptID}, client.CallOptions{}); err != nil {
 			errs = append(errs, mapErr(ctx, "release", err, false))
 		}
 	}
@@ -407,7 +405,7 @@ func (p *Provider) undo(ctx context.Context, u *undo, closeGroup bool) error {
 		// The draft is dead weight now (an attempt that ran on it ended
 		// unsealed): pruned, the session's newest node is its last seal
 		// again, and the session reads as paused.
-		if _, err := p.c.Prune(ctx, fabric.PruneRequest{NodeID: u.node}, api.CallOptions{}); err != nil {
+		if _, err := p.c.Prune(ctx, v1.PruneRequest{NodeID: u.node}, client.CallOptions{}); err != nil {
 			errs = append(errs, mapErr(ctx, "prune", err, false))
 		}
 	}
@@ -416,19 +414,19 @@ func (p *Provider) undo(ctx context.Context, u *undo, closeGroup bool) error {
 
 // releaseAll releases every live attempt on node.
 func (p *Provider) releaseAll(ctx context.Context, node string) error {
-	in, err := p.c.Inspect(ctx, node, api.CallOptions{})
+	in, err := p.c.Inspect(ctx, node, client.CallOptions{})
 	if err != nil {
 		return mapErr(ctx, "inspect", err, false)
 	}
 	var errs []error
 	for _, id := range in.Node.Attempts {
-		a, err := p.c.Inspect(ctx, id, api.CallOptions{})
+		a, err := p.c.Inspect(ctx, id, client.CallOptions{})
 		if err != nil {
 			errs = append(errs, mapErr(ctx, "inspect", err, false))
 			continue
 		}
 		if a.Attempt.State.Live() {
-			if _, err := p.c.Release(ctx, fabric.ReleaseRequest{AttemptID: id}, api.CallOptions{}); err != nil {
+			if _, err := p.c.Release(ctx, v1.ReleaseRequest{AttemptID: id}, client.CallOptions{}); err != nil {
 				errs = append(errs, mapErr(ctx, "release", err, false))
 			}
 		}
@@ -448,18 +446,18 @@ func withCleanup(err, cleanup error) error {
 // pruned so the daemon's GC may reclaim the session's seals. Nothing may
 // hold a lease in it.
 func (p *Provider) closeGroup(ctx context.Context, groupID, rootNode string) error {
-	req := fabric.ForkRequest{NodeID: rootNode, N: 1, LogicalState: mark(markClose)}
+	req := v1.ForkRequest{NodeID: rootNode, N: 1, LogicalState: mark(markClose)}
 	if _, err := p.c.Fork(ctx, req, keyed(newKey("close"))); err != nil {
 		return mapErr(ctx, "close", err, false)
 	}
 	p.forget(groupID)
-	in, err := p.c.Inspect(ctx, rootNode, api.CallOptions{})
+	in, err := p.c.Inspect(ctx, rootNode, client.CallOptions{})
 	if err != nil {
 		return mapErr(ctx, "close", err, false)
 	}
 	var errs []error
 	for _, child := range in.Node.Children {
-		if _, err := p.c.Prune(ctx, fabric.PruneRequest{NodeID: child}, api.CallOptions{}); err != nil {
+		if _, err := p.c.Prune(ctx, v1.PruneRequest{NodeID: child}, client.CallOptions{}); err != nil {
 			errs = append(errs, mapErr(ctx, "prune", err, false))
 		}
 	}
@@ -485,12 +483,12 @@ func (p *Provider) Attach(ctx context.Context, id string) (workspace.Session, er
 // found is a session as the journal shows it.
 type found struct {
 	rec   record
-	group journal.Group
+	group v1.Group
 	// node is the newest node the session runs on (a draft) or paused at
 	// (sealed, or a draft no attempt touched yet).
-	node journal.Node
+	node v1.Node
 	// att is the live attempt on node; nil when paused.
-	att *fabric.AttemptView
+	att *v1.AttemptView
 	// drafts are the unpruned drafts the session ran on: node, and older
 	// ones only when two handles resumed at once.
 	drafts []string
@@ -504,7 +502,7 @@ type errNoSession struct {
 	final bool
 	// group is set when the session existed and ended without Close: the
 	// daemon reclaimed it.
-	reclaimed *journal.Group
+	reclaimed *v1.Group
 }
 
 func (e *errNoSession) Error() string {
@@ -523,10 +521,10 @@ func (e *errNoSession) Is(target error) bool {
 //     Resume cut before it activated), with only ended attempts gone (the
 //     lease expired or the attempt failed: the unsealed work is lost).
 func (p *Provider) lookup(ctx context.Context, op, id string) (found, error) {
-	if !strings.HasPrefix(id, string(journal.KindGroup)+"_") {
+	if !strings.HasPrefix(id, string(v1.KindGroup)+"_") {
 		return found{}, &errNoSession{id: id, why: "not an esf session id", final: true}
 	}
-	tr, err := p.c.Tree(ctx, id, api.CallOptions{})
+	tr, err := p.c.Tree(ctx, id, client.CallOptions{})
 	if err != nil {
 		if codeIs(err, errdefs.CodeNotFound, errdefs.CodeInvalidArgument) {
 			return found{}, &errNoSession{id: id, why: "no such group", final: true}
@@ -538,17 +536,17 @@ func (p *Provider) lookup(ctx context.Context, op, id string) (found, error) {
 		return found{}, &errNoSession{id: id, why: "not a session of this provider", final: true}
 	}
 	f := found{rec: rec, group: tr.Group}
-	var latest *journal.Node
+	var latest *v1.Node
 	for i := range tr.Nodes {
 		n := &tr.Nodes[i]
 		switch markOf(n.LogicalState) {
 		case markClose:
 			return found{}, &errNoSession{id: id, why: "closed", final: true}
 		case markRun:
-			if n.Status != journal.NodePruned {
+			if n.Status != v1.NodePruned {
 				latest = n
 			}
-			if n.Status == journal.NodeDraft {
+			if n.Status == v1.NodeDraft {
 				f.drafts = append(f.drafts, n.NodeID)
 			}
 		}
@@ -561,19 +559,19 @@ func (p *Provider) lookup(ctx context.Context, op, id string) (found, error) {
 	}
 	f.node = *latest
 	switch latest.Status {
-	case journal.NodeSealed:
+	case v1.NodeSealed:
 		return f, nil
-	case journal.NodeDraft:
+	case v1.NodeDraft:
 	default:
 		return found{}, &errNoSession{id: id, why: "node " + latest.NodeID + " is " + string(latest.Status), final: true}
 	}
-	in, err := p.c.Inspect(ctx, latest.NodeID, api.CallOptions{})
+	in, err := p.c.Inspect(ctx, latest.NodeID, client.CallOptions{})
 	if err != nil {
 		return found{}, mapErr(ctx, op, err, true)
 	}
 	atts := in.Node.Attempts
 	for i := len(atts) - 1; i >= 0; i-- {
-		a, err := p.c.Inspect(ctx, atts[i], api.CallOptions{})
+		a, err := p.c.Inspect(ctx, atts[i], client.CallOptions{})
 		if err != nil {
 			return found{}, mapErr(ctx, op, err, true)
 		}
@@ -594,7 +592,7 @@ func (p *Provider) lookup(ctx context.Context, op, id string) (found, error) {
 // state; groups known not to be live sessions are not read again.
 func (p *Provider) Sessions(ctx context.Context) ([]workspace.Info, error) {
 	p.mu.Lock()
-	err := p.c.Events(ctx, api.EventsQuery{After: p.seen, Types: []string{journal.EventGroupCreated}}, func(ev journal.Event) error {
+	err := p.c.Events(ctx, v1.EventsQuery{After: p.seen, Types: []string{v1.EventGroupCreated}}, func(ev v1.Event) error {
 		p.seen = ev.Seq
 		if _, ok := p.groups[ev.GroupID]; !ok && ev.GroupID != "" {
 			p.groups[ev.GroupID] = true

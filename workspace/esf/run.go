@@ -10,9 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/sandbox"
 	"github.com/esf-dev/esf/vfs"
 	"github.com/esf-dev/esf/workspace"
@@ -25,7 +25,7 @@ import (
 // error matching context.DeadlineExceeded. Cancelling ctx kills them too.
 // Output streams to spec.Stdout and spec.Stderr as the command writes it
 // (both are written from one goroutine). A signal's exit code is 128+N.
-// spec.Stdin is copied to the command's stdin (api.Client.ExecIO, the
+// spec.Stdin is copied to the command's stdin (client.Client.ExecIO, the
 // two-way form of esf exec) and its EOF closes it; a daemon without that
 // form answers unsupported before starting anything (ErrUnsupported). As
 // ExecIO documents, a Stdin whose Read blocks past the command's end is
@@ -55,7 +55,7 @@ func (s *Session) Run(ctx context.Context, spec sandbox.Spec, command string) (s
 	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
 		env = append(env, k+"="+spec.Env[k])
 	}
-	req := fabric.ExecRequest{AttemptID: o.att.id, Args: []string{"sh", "-c", command}, Env: env, Workdir: wd}
+	req := v1.ExecRequest{AttemptID: o.att.id, Args: []string{"sh", "-c", command}, Env: env, Workdir: wd}
 	if spec.Timeout > 0 {
 		req.TimeoutMillis = max(spec.Timeout.Milliseconds(), 1)
 	}
@@ -68,7 +68,7 @@ func (s *Session) Run(ctx context.Context, spec sandbox.Spec, command string) (s
 		stderr = spec.Stderr
 	}
 	stop := o.keepAlive()
-	res, err := s.p.c.ExecIO(o.ctx, req, api.ExecStreams{Stdin: spec.Stdin, Stdout: stdout, Stderr: stderr})
+	res, err := s.p.c.ExecIO(o.ctx, req, client.ExecStreams{Stdin: spec.Stdin, Stdout: stdout, Stderr: stderr})
 	stop()
 	if err != nil {
 		return sandbox.Result{}, o.fail(mapErr(o.ctx, "run", err, false))

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/esf-dev/esf/journal"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/sandbox"
 	"github.com/esf-dev/esf/workspace"
 )
@@ -157,7 +157,7 @@ func TestRunCancelLeavesNoProcess(t *testing.T) {
 	if err := s.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if st := attemptState(t, att); st != journal.AttemptReleased {
+	if st := attemptState(t, att); st != v1.AttemptReleased {
 		t.Errorf("attempt after close: %s", st)
 	}
 	if c := containers(t, att); len(c) > 0 {

@@ -8,10 +8,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/esf-dev/esf/api"
+	"github.com/esf-dev/esf/api/client"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
-	"github.com/esf-dev/esf/journal"
 	"github.com/esf-dev/esf/workspace"
 )
 
@@ -58,14 +57,14 @@ func newSession(p *Provider, id string, rec record) *Session {
 }
 
 // adopt makes av the handle's live attempt.
-func (s *Session) adopt(av fabric.AttemptView) {
+func (s *Session) adopt(av v1.AttemptView) {
 	a := s.attemptOf(av)
 	s.mu.Lock()
 	s.att = a
 	s.mu.Unlock()
 }
 
-func (s *Session) attemptOf(av fabric.AttemptView) *attempt {
+func (s *Session) attemptOf(av v1.AttemptView) *attempt {
 	a := &attempt{id: av.AttemptID, root: av.Root, ttl: time.Duration(s.rec.TTLMillis) * time.Millisecond, renewed: time.Now()}
 	if av.Lease != nil {
 		a.leaseID, a.token = av.Lease.LeaseID, av.Lease.Token
@@ -268,7 +267,7 @@ func (s *Session) recheck(parent context.Context, op, attemptID string) error {
 
 // renew extends the attempt's lease by its TTL.
 func (s *Session) renew(ctx context.Context, a attempt) error {
-	_, err := s.p.c.Renew(ctx, fabric.RenewRequest{LeaseID: a.leaseID, Token: a.token, TTLMillis: a.ttl.Milliseconds()}, api.CallOptions{})
+	_, err := s.p.c.Renew(ctx, v1.RenewRequest{LeaseID: a.leaseID, Token: a.token, TTLMillis: a.ttl.Milliseconds()}, client.CallOptions{})
 	if err != nil {
 		return mapErr(ctx, "renew", err, false)
 	}
@@ -345,7 +344,7 @@ func (s *Session) Pause(ctx context.Context) error {
 	defer s.setBusy(false)
 	s.opsDone.Wait()
 
-	_, err := s.p.c.Suspend(ctx, fabric.SuspendRequest{AttemptID: a.id}, keyed(newKey("suspend")))
+	_, err := s.p.c.Suspend(ctx, v1.SuspendRequest{AttemptID: a.id}, keyed(newKey("suspend")))
 	if err == nil {
 		return nil
 	}
@@ -376,8 +375,8 @@ func (s *Session) settle(ctx context.Context, op string, a attempt, err error) e
 		s.adopt(*f.att)
 		return err
 	}
-	if in, ierr := s.p.c.Inspect(cctx, a.id, api.CallOptions{}); ierr == nil && in.Attempt != nil && in.Attempt.State == journal.AttemptSealed {
-		s.p.c.Release(cctx, fabric.ReleaseRequest{AttemptID: a.id}, api.CallOptions{})
+	if in, ierr := s.p.c.Inspect(cctx, a.id, client.CallOptions{}); ierr == nil && in.Attempt != nil && in.Attempt.State == v1.AttemptSealed {
+		s.p.c.Release(cctx, v1.ReleaseRequest{AttemptID: a.id}, client.CallOptions{})
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package api
+package client
 
 import (
 	"bytes"
@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"net/url"
 
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/fabric"
 )
 
 // PathsError is a conflict that names the paths it is about (a merge's
@@ -26,47 +26,47 @@ func (e *PathsError) Unwrap() error { return e.Err }
 
 // Collect garbage-collects the daemon's store (or, dry, counts what it
 // would delete).
-func (c *Client) Collect(ctx context.Context, req fabric.CollectRequest, opt CallOptions) (*fabric.CollectReport, error) {
-	return callFor[fabric.CollectReport](ctx, c, http.MethodPost, "/v1/gc", req, opt)
+func (c *Client) Collect(ctx context.Context, req v1.CollectRequest, opt CallOptions) (*v1.CollectReport, error) {
+	return callFor[v1.CollectReport](ctx, c, http.MethodPost, "/v1/gc", req, opt)
 }
 
 // Merge merges sealed nodes into a new one. A conflict is a *PathsError
 // listing every conflicting path.
-func (c *Client) Merge(ctx context.Context, req fabric.MergeRequest, opt CallOptions) (*fabric.MergeResult, error) {
-	return callFor[fabric.MergeResult](ctx, c, http.MethodPost, "/v1/merge", req, opt)
+func (c *Client) Merge(ctx context.Context, req v1.MergeRequest, opt CallOptions) (*v1.MergeResult, error) {
+	return callFor[v1.MergeResult](ctx, c, http.MethodPost, "/v1/merge", req, opt)
 }
 
 // Diff lists the changes from a to b (node or root ids).
-func (c *Client) Diff(ctx context.Context, a, b string, opt CallOptions) (*DiffResponse, error) {
+func (c *Client) Diff(ctx context.Context, a, b string, opt CallOptions) (*v1.DiffResponse, error) {
 	q := url.Values{"a": {a}, "b": {b}}
-	return callFor[DiffResponse](ctx, c, http.MethodGet, "/v1/diff?"+q.Encode(), nil, opt)
+	return callFor[v1.DiffResponse](ctx, c, http.MethodGet, "/v1/diff?"+q.Encode(), nil, opt)
 }
 
 // ExportNode writes a node's or root's tree (or one directory of it) to a
 // directory on the daemon's host, and its provenance record beside it.
-func (c *Client) ExportNode(ctx context.Context, req fabric.ExportRequest, opt CallOptions) (*fabric.ExportResult, error) {
-	return callFor[fabric.ExportResult](ctx, c, http.MethodPost, "/v1/export-node", req, opt)
+func (c *Client) ExportNode(ctx context.Context, req v1.ExportNodeRequest, opt CallOptions) (*v1.ExportNodeResult, error) {
+	return callFor[v1.ExportNodeResult](ctx, c, http.MethodPost, "/v1/export-node", req, opt)
 }
 
 // Provenance returns the signed record for an export of id the caller
 // makes itself; info.ExportedAt is set by the daemon.
-func (c *Client) Provenance(ctx context.Context, id string, info fabric.ExportInfo, opt CallOptions) (*fabric.ProvenanceRecord, error) {
+func (c *Client) Provenance(ctx context.Context, id string, info v1.ExportInfo, opt CallOptions) (*v1.ProvenanceRecord, error) {
 	q := url.Values{"format": {info.Format}}
 	for k, v := range map[string]string{"base": info.Base, "artifact": info.Artifact, "destination": info.Destination} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
-	return callFor[fabric.ProvenanceRecord](ctx, c, http.MethodGet, "/v1/provenance/"+url.PathEscape(id)+"?"+q.Encode(), nil, opt)
+	return callFor[v1.ProvenanceRecord](ctx, c, http.MethodGet, "/v1/provenance/"+url.PathEscape(id)+"?"+q.Encode(), nil, opt)
 }
 
 // VerifyProvenance checks a provenance record (its JSON as written by an
 // export) against the daemon's key, graph and store.
-func (c *Client) VerifyProvenance(ctx context.Context, record []byte, opt CallOptions) (*fabric.ProvenanceReport, error) {
+func (c *Client) VerifyProvenance(ctx context.Context, record []byte, opt CallOptions) (*v1.ProvenanceReport, error) {
 	if !json.Valid(record) {
 		return nil, &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: "verify provenance: the record is not JSON"}
 	}
-	req, err := c.newRequest(ctx, http.MethodPost, "/v1/verify-provenance", bytes.NewReader(record), MediaJSON, opt)
+	req, err := c.newRequest(ctx, http.MethodPost, "/v1/verify-provenance", bytes.NewReader(record), v1.MediaJSON, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (c *Client) VerifyProvenance(ctx context.Context, record []byte, opt CallOp
 	if err != nil {
 		return nil, err
 	}
-	var out fabric.ProvenanceReport
+	var out v1.ProvenanceReport
 	if err := decodeResponse(ctx, c, resp, &out); err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func (c *Client) Patch(ctx context.Context, base, id string, w io.Writer) (*Expo
 // readStream copies a streamed body with completion trailers into w.
 func (c *Client) readStream(ctx context.Context, resp *http.Response, what string, w io.Writer) (*ExportTarResult, error) {
 	defer resp.Body.Close()
-	res := &ExportTarResult{RootID: resp.Header.Get(HeaderRootID)}
+	res := &ExportTarResult{RootID: resp.Header.Get(v1.HeaderRootID)}
 	tw := &trackingWriter{w: w}
 	n, err := io.Copy(tw, resp.Body)
 	res.Bytes = n
@@ -112,12 +112,12 @@ func (c *Client) readStream(ctx context.Context, resp *http.Response, what strin
 		}
 		return nil, &errdefs.Error{Code: errdefs.CodeUnavailable, Message: fmt.Sprintf("%s: stream broken after %d bytes: %v", what, n, err)}
 	}
-	switch resp.Trailer.Get(TrailerStatus) {
+	switch resp.Trailer.Get(v1.TrailerStatus) {
 	case "ok":
 		return res, nil
 	case "error":
 		var e errdefs.Error
-		if json.Unmarshal([]byte(resp.Trailer.Get(TrailerError)), &e) == nil && e.Code != "" {
+		if json.Unmarshal([]byte(resp.Trailer.Get(v1.TrailerError)), &e) == nil && e.Code != "" {
 			e.Message = fmt.Sprintf("%s: failed after %d bytes: %s", what, n, e.Message)
 			return nil, &e
 		}

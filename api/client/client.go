@@ -1,4 +1,7 @@
-package api
+// Package client is the Go client of esfd's /v1 API, over the unix socket
+// or the network. It imports only api/v1 and the standard library (and
+// errdefs), so a program that talks to esfd links none of the daemon.
+package client
 
 import (
 	"bytes"
@@ -15,9 +18,9 @@ import (
 	"os"
 	"strings"
 
+	"github.com/esf-dev/esf/api/internal/wire"
+	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/export"
-	"github.com/esf-dev/esf/fabric"
 )
 
 // Client calls esfd over its unix socket, or over the network API
@@ -127,7 +130,7 @@ type CallOptions struct {
 	// sends none.
 	IdempotencyKey string
 	// KeyGenerated says IdempotencyKey was made up for this call, so the
-	// daemon may forget its result after a day (HeaderKeyGenerated).
+	// daemon may forget its result after a day (v1.HeaderKeyGenerated).
 	KeyGenerated bool
 	// Traceparent is the W3C trace context to continue. Empty lets the
 	// daemon start a trace.
@@ -153,13 +156,13 @@ func (c *Client) newRequest(ctx context.Context, method, path string, body io.Re
 		req.Header.Set("Content-Type", contentType)
 	}
 	if opt.IdempotencyKey != "" {
-		req.Header.Set(HeaderIdempotencyKey, opt.IdempotencyKey)
+		req.Header.Set(v1.HeaderIdempotencyKey, opt.IdempotencyKey)
 		if opt.KeyGenerated {
-			req.Header.Set(HeaderKeyGenerated, "true")
+			req.Header.Set(v1.HeaderKeyGenerated, "true")
 		}
 	}
 	if opt.Traceparent != "" {
-		req.Header.Set(HeaderTraceparent, opt.Traceparent)
+		req.Header.Set(v1.HeaderTraceparent, opt.Traceparent)
 	}
 	return req, nil
 }
@@ -194,7 +197,7 @@ func (c *Client) transportError(ctx context.Context, err error) error {
 }
 
 func errorFromResponse(resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxJSONBody))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	var body struct {
 		errdefs.Error
 		Paths []string `json:"paths"`
@@ -209,7 +212,7 @@ func errorFromResponse(resp *http.Response) error {
 	if len(msg) > 200 {
 		msg = msg[:200] + "..."
 	}
-	return &errdefs.Error{Code: codeForStatus(resp.StatusCode), Message: fmt.Sprintf("esfd: HTTP %s: %s", resp.Status, msg)}
+	return &errdefs.Error{Code: wire.CodeForStatus(resp.StatusCode), Message: fmt.Sprintf("esfd: HTTP %s: %s", resp.Status, msg)}
 }
 
 // call sends a JSON request (in == nil sends no body) and decodes the JSON
@@ -222,7 +225,7 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any, opt
 		if err != nil {
 			return &errdefs.Error{Code: errdefs.CodeInvalidArgument, Message: err.Error()}
 		}
-		body, ct = bytes.NewReader(b), MediaJSON
+		body, ct = bytes.NewReader(b), v1.MediaJSON
 	}
 	req, err := c.newRequest(ctx, method, path, body, ct, opt)
 	if err != nil {
@@ -268,8 +271,8 @@ func decodeResponse(ctx context.Context, c *Client, resp *http.Response, out any
 const maxTrailer = 4 << 10
 
 // Status returns the daemon's version, state dir and object tally.
-func (c *Client) Status(ctx context.Context) (*StatusResponse, error) {
-	var out StatusResponse
+func (c *Client) Status(ctx context.Context) (*v1.StatusResponse, error) {
+	var out v1.StatusResponse
 	if err := c.call(ctx, http.MethodGet, "/v1/status", nil, &out, CallOptions{}); err != nil {
 		return nil, err
 	}
@@ -277,8 +280,8 @@ func (c *Client) Status(ctx context.Context) (*StatusResponse, error) {
 }
 
 // Workers lists the workers of the graph and their load.
-func (c *Client) Workers(ctx context.Context) (*WorkersResponse, error) {
-	var out WorkersResponse
+func (c *Client) Workers(ctx context.Context) (*v1.WorkersResponse, error) {
+	var out v1.WorkersResponse
 	if err := c.call(ctx, http.MethodGet, "/v1/workers", nil, &out, CallOptions{}); err != nil {
 		return nil, err
 	}
@@ -286,9 +289,9 @@ func (c *Client) Workers(ctx context.Context) (*WorkersResponse, error) {
 }
 
 // Import imports source, an absolute path on the daemon's host.
-func (c *Client) Import(ctx context.Context, source string, opt CallOptions) (*ImportResponse, error) {
-	var out ImportResponse
-	if err := c.call(ctx, http.MethodPost, "/v1/import", ImportRequest{Source: source}, &out, opt); err != nil {
+func (c *Client) Import(ctx context.Context, source string, opt CallOptions) (*v1.ImportResponse, error) {
+	var out v1.ImportResponse
+	if err := c.call(ctx, http.MethodPost, "/v1/import", v1.ImportRequest{Source: source}, &out, opt); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -297,10 +300,10 @@ func (c *Client) Import(ctx context.Context, source string, opt CallOptions) (*I
 // ImportTar streams r, a tar (plain, gzip or zstd), to the daemon and
 // imports it. If reading r fails, the request fails with that error; a
 // reader may return an *errdefs.Error to choose the code.
-func (c *Client) ImportTar(ctx context.Context, r io.Reader, opt CallOptions) (*ImportResponse, error) {
+func (c *Client) ImportTar(ctx context.Context, r io.Reader, opt CallOptions) (*v1.ImportResponse, error) {
 	// Hide any WriterTo/Len of r: the transport must stream it, and must not
 	// guess a Content-Length.
-	req, err := c.newRequest(ctx, http.MethodPost, "/v1/import", struct{ io.Reader }{r}, MediaTar, opt)
+	req, err := c.newRequest(ctx, http.MethodPost, "/v1/import", struct{ io.Reader }{r}, v1.MediaTar, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +311,7 @@ func (c *Client) ImportTar(ctx context.Context, r io.Reader, opt CallOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	var out ImportResponse
+	var out v1.ImportResponse
 	if err := decodeResponse(ctx, c, resp, &out); err != nil {
 		return nil, err
 	}
@@ -317,9 +320,9 @@ func (c *Client) ImportTar(ctx context.Context, r io.Reader, opt CallOptions) (*
 
 // Export writes the tree of id into the directory to (absolute, on the
 // daemon's host).
-func (c *Client) Export(ctx context.Context, id, to string, opt CallOptions) (*ExportResponse, error) {
-	var out ExportResponse
-	if err := c.call(ctx, http.MethodPost, "/v1/export", ExportRequest{ID: id, To: to}, &out, opt); err != nil {
+func (c *Client) Export(ctx context.Context, id, to string, opt CallOptions) (*v1.ExportResponse, error) {
+	var out v1.ExportResponse
+	if err := c.call(ctx, http.MethodPost, "/v1/export", v1.ExportRequest{ID: id, To: to}, &out, opt); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -331,18 +334,18 @@ type ExportTarResult struct {
 	Bytes  int64  // tar bytes written to w
 	// Dropped is what a tar export left out because it could give
 	// privilege on the host; nil for other streams.
-	Dropped *export.Dropped
+	Dropped *v1.Dropped
 }
 
 // ExportTar streams the tree of id as an uncompressed tar into w. It
 // succeeds only if the daemon marked the stream complete; on error, what was
 // written to w is a truncated tar and must be discarded. Privileged content
 // is dropped unless opts say otherwise.
-func (c *Client) ExportTar(ctx context.Context, id string, w io.Writer, opts ...fabric.ExportOptions) (*ExportTarResult, error) {
+func (c *Client) ExportTar(ctx context.Context, id string, w io.Writer, opts ...ExportOptions) (*ExportTarResult, error) {
 	path := "/v1/export/" + url.PathEscape(id) + ".tar"
 	for _, o := range opts {
 		if o.PreservePrivileged {
-			path += "?" + QueryPreservePrivileged + "=true"
+			path += "?" + v1.QueryPreservePrivileged + "=true"
 			break
 		}
 	}
@@ -358,10 +361,10 @@ func (c *Client) ExportTar(ctx context.Context, id string, w io.Writer, opts ...
 	if err != nil {
 		return nil, err
 	}
-	if v := resp.Trailer.Get(TrailerDropped); v != "" {
-		var d export.Dropped
+	if v := resp.Trailer.Get(v1.TrailerDropped); v != "" {
+		var d v1.Dropped
 		if err := json.Unmarshal([]byte(v), &d); err != nil {
-			return nil, &errdefs.Error{Code: errdefs.CodeInternal, Message: fmt.Sprintf("export %s: bad %s trailer: %v", id, TrailerDropped, err)}
+			return nil, &errdefs.Error{Code: errdefs.CodeInternal, Message: fmt.Sprintf("export %s: bad %s trailer: %v", id, v1.TrailerDropped, err)}
 		}
 		res.Dropped = &d
 	}
@@ -369,14 +372,14 @@ func (c *Client) ExportTar(ctx context.Context, id string, w io.Writer, opts ...
 }
 
 // Fsck re-hashes every stored object and returns the bad ones.
-func (c *Client) Fsck(ctx context.Context, opt CallOptions) (*FsckResponse, error) {
-	return c.FsckWith(ctx, FsckRequest{}, opt)
+func (c *Client) Fsck(ctx context.Context, opt CallOptions) (*v1.FsckResponse, error) {
+	return c.FsckWith(ctx, v1.FsckRequest{}, opt)
 }
 
 // FsckWith is Fsck with a request (Remote: check the remote content
 // store).
-func (c *Client) FsckWith(ctx context.Context, req FsckRequest, opt CallOptions) (*FsckResponse, error) {
-	var out FsckResponse
+func (c *Client) FsckWith(ctx context.Context, req v1.FsckRequest, opt CallOptions) (*v1.FsckResponse, error) {
+	var out v1.FsckResponse
 	if err := c.call(ctx, http.MethodPost, "/v1/fsck", req, &out, opt); err != nil {
 		return nil, err
 	}
@@ -396,3 +399,17 @@ func (t *trackingWriter) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// ExportOptions are the options of ExportTar.
+type ExportOptions struct {
+	// PreservePrivileged keeps setuid/setgid bits, security.* xattrs and
+	// device nodes, which are dropped by default.
+	PreservePrivileged bool
+}
+
+// maxErrorBody bounds the error body a client reads.
+const maxErrorBody = 1 << 20
+
+// ReadTokenFile reads the first token of a token file (one token a line,
+// # comments), as esfd reads its --token-file.
+func ReadTokenFile(path string) (string, error) { return wire.ReadTokenFile(path) }
