@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,9 +239,14 @@ func TestIdempotencyOverHTTP(t *testing.T) {
 
 // TestGeneratedKeyExpires: a key the server made up for a request that
 // sent none is kept GeneratedKeyTTL, then the daemon forgets it; a
-// caller's key is kept.
+// caller's key is kept. Time passes on the fabric's clock (Options.Now).
 func TestGeneratedKeyExpires(t *testing.T) {
-	h := newHarness(t, 5*time.Second, func(o *fabric.Options) { o.GeneratedKeyTTL = time.Millisecond })
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	h := newHarness(t, 5*time.Second, func(o *fabric.Options) {
+		o.GeneratedKeyTTL = time.Hour
+		o.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	})
 	src := newSource(t, map[string]string{"f": "x"})
 	body := `{"source":"` + src + `"}`
 	st, made, hdr := h.rawJSON(t, "/v1/groups", "", body)
@@ -251,7 +257,11 @@ func TestGeneratedKeyExpires(t *testing.T) {
 	if st != 200 {
 		t.Fatalf("create group under a caller's key: %d %s", st, mine)
 	}
-	time.Sleep(5 * time.Millisecond)
+	clock.Add(int64(time.Hour - time.Nanosecond))
+	if n, err := h.f.ExpireIdempotencyKeys(context.Background()); err != nil || n != 0 {
+		t.Fatalf("expire before the ttl: %d keys, %v; want none", n, err)
+	}
+	clock.Add(int64(time.Nanosecond))
 	if n, err := h.f.ExpireIdempotencyKeys(context.Background()); err != nil || n != 1 {
 		t.Fatalf("expire: %d keys, %v; want the made-up one", n, err)
 	}
@@ -267,7 +277,7 @@ func TestGeneratedKeyExpires(t *testing.T) {
 		client.CallOptions{IdempotencyKey: "client-made", KeyGenerated: true}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond)
+	clock.Add(int64(time.Hour))
 	if n, err := h.f.ExpireIdempotencyKeys(context.Background()); err != nil || n != 1 {
 		t.Fatalf("expire: %d keys, %v; want the client's made-up one", n, err)
 	}

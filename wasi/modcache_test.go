@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -88,53 +89,75 @@ func TestModules_EvictsOnlyUnused(t *testing.T) {
 	}
 }
 
+// TestModules_CompilesOnceForConcurrentCallers: five callers of one module
+// while it compiles (synctest.Wait: all of them are inside acquire, one
+// compiling, four waiting) compile it once.
 func TestModules_CompilesOnceForConcurrentCallers(t *testing.T) {
-	f := newFake()
-	f.gate = make(chan struct{})
-	c := newModules(f.compile, 4)
-	var wg sync.WaitGroup
-	var compiled atomic.Int32
-	for range 5 {
-		wg.Go(func() {
-			m, did, err := c.acquire(context.Background(), cas.Sum([]byte("x")), []byte("x"))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if did {
-				compiled.Add(1)
-			}
-			c.release(m)
-		})
-	}
-	time.Sleep(50 * time.Millisecond)
-	close(f.gate)
-	wg.Wait()
-	if f.calls["x"] != 1 || compiled.Load() != 1 {
-		t.Errorf("compiled %d times, %d callers say they did", f.calls["x"], compiled.Load())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		f.gate = make(chan struct{})
+		c := newModules(f.compile, 4)
+		var wg sync.WaitGroup
+		var compiled atomic.Int32
+		for range 5 {
+			wg.Go(func() {
+				m, did, err := c.acquire(context.Background(), cas.Sum([]byte("x")), []byte("x"))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if did {
+					compiled.Add(1)
+				}
+				c.release(m)
+			})
+		}
+		synctest.Wait()
+		c.mu.Lock()
+		refs := -1
+		if m := c.byID[cas.Sum([]byte("x"))]; m != nil {
+			refs = m.refs
+		}
+		c.mu.Unlock()
+		if refs != 5 {
+			t.Fatalf("while compiling: %d callers hold the module, want 5", refs)
+		}
+		close(f.gate)
+		wg.Wait()
+		if f.calls["x"] != 1 || compiled.Load() != 1 {
+			t.Errorf("compiled %d times, %d callers say they did", f.calls["x"], compiled.Load())
+		}
+	})
 }
 
+// TestModules_WaiterHonoursContext: a caller waiting for another's compile
+// gives up when its context ends (on synctest's clock: no real wait).
 func TestModules_WaiterHonoursContext(t *testing.T) {
-	f := newFake()
-	f.gate = make(chan struct{})
-	c := newModules(f.compile, 4)
-	id := cas.Sum([]byte("x"))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if m, _, err := c.acquire(context.Background(), id, []byte("x")); err == nil {
-			c.release(m)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		f.gate = make(chan struct{})
+		c := newModules(f.compile, 4)
+		id := cas.Sum([]byte("x"))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if m, _, err := c.acquire(context.Background(), id, []byte("x")); err == nil {
+				c.release(m)
+			}
+		}()
+		synctest.Wait() // the first caller is compiling
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		start := time.Now()
+		if _, _, err := c.acquire(ctx, id, []byte("x")); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("waiter: %v", err)
 		}
-	}()
-	time.Sleep(20 * time.Millisecond) // let the first caller start compiling
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if _, _, err := c.acquire(ctx, id, []byte("x")); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("waiter: %v", err)
-	}
-	close(f.gate)
-	<-done
+		if waited := time.Since(start); waited != 20*time.Second {
+			t.Errorf("waiter gave up after %v, want its 20s deadline", waited)
+		}
+		close(f.gate)
+		<-done
+	})
 }
 
 func TestModules_ForgetsFailures(t *testing.T) {
