@@ -17,7 +17,7 @@ import (
 
 // shortIDs maps each node id to the shortest tail of its suffix, at least 8
 // characters, that no other node of the tree shares. Ids end in random
-// digits (see v1.IDGen), so 8 almost always suffice.
+// digits (see journal.IDGen in the daemon), so 8 almost always suffice.
 func shortIDs(nodes []v1.Node) map[string]string {
 	n := 8
 	for ; ; n++ {
