@@ -519,14 +519,15 @@ func (b *Builder) write(ctx context.Context, p Putter, n *bnode) (ID, error) {
 		return ZeroID, err
 	}
 	enc := NewTreeEncoder(n.attr, len(dirs)+n.leaves.len())
+	enc.grow(n.leaves.size() + len(dirs)*(IDSize+8))
 	i := 0
-	err := n.leaves.each(func(e *Entry) error {
-		for ; i < len(dirs) && dirs[i] < e.Name; i++ {
+	err := n.leaves.records(func(name, rec []byte) error {
+		for ; i < len(dirs) && dirs[i] < string(name); i++ {
 			if err := enc.Add(&Entry{Name: dirs[i], Type: TypeDir, ID: ids[i]}); err != nil {
 				return err
 			}
 		}
-		return enc.Add(e)
+		return enc.addRecord(name, rec)
 	})
 	if err != nil {
 		return ZeroID, err

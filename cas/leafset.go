@@ -134,18 +134,75 @@ func (s *leafSet) flush() error {
 	return nil
 }
 
-// each calls fn with every live leaf in name order; flush first.
-func (s *leafSet) each(fn func(e *Entry) error) error {
+// records calls fn with the name and the encoded record of every live
+// leaf in name order, without decoding them; flush first.
+func (s *leafSet) records(fn func(name, rec []byte) error) error {
 	for _, off := range s.sorted {
-		e, err := s.decode(off)
-		if err != nil {
-			return err
+		b := s.a.at(off)
+		n := entryLen(b)
+		if n < 0 {
+			return fmt.Errorf("staged entry %q: %w", s.name(off), ErrCorrupt)
 		}
-		if err := fn(&e); err != nil {
+		if err := fn(nameAt(b, 0), b[:n]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// size is the encoded size of the live leaves; flush first.
+func (s *leafSet) size() int {
+	total := 0
+	for _, off := range s.sorted {
+		total += max(0, entryLen(s.a.at(off)))
+	}
+	return total
+}
+
+// entryLen is the length of the encoded entry at the start of b (valid:
+// written by appendEntry or read from a verified tree), or -1. It
+// allocates nothing.
+func entryLen(b []byte) int {
+	d := decoder{b: b}
+	d.bytes(MaxNameLen)
+	typ := d.byte1()
+	holes := typ == byte(TypeFile)|typeHoles
+	if holes {
+		typ = byte(TypeFile)
+	}
+	if Type(typ) == TypeDir {
+		d.id()
+	} else {
+		var a Attr
+		d.attr(&a)
+		switch Type(typ) {
+		case TypeFile:
+			d.uvarint(1<<63 - 1)
+			d.id()
+			if holes {
+				for range d.uvarint(uint64(len(d.b))) {
+					d.uvarint(1<<63 - 1)
+					d.uvarint(1<<63 - 1)
+				}
+			}
+		case TypeSymlink:
+			d.bytes(MaxTargetLen)
+		case TypeCharDev, TypeBlockDev:
+			d.uvarint(1<<32 - 1)
+			d.uvarint(1<<32 - 1)
+		}
+		for range d.uvarint(uint64(len(d.b))) {
+			d.bytes(MaxXattrNameLen)
+			d.bytes(MaxXattrValueLen)
+		}
+		if len(d.bytes(4096)) > 0 {
+			d.uvarint(1<<32 - 1)
+		}
+	}
+	if d.err != nil {
+		return -1
+	}
+	return len(b) - len(d.b)
 }
 
 // adopt makes the records at offs (sorted, unique, live) of the tree bytes

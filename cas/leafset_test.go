@@ -50,14 +50,34 @@ func TestLeafSetAgainstMap(t *testing.T) {
 		t.Fatalf("len = %d, want %d", s.len(), len(names))
 	}
 	i := 0
-	if err := s.each(func(e *Entry) error {
-		if !reflect.DeepEqual(*e, want[names[i]]) {
-			return fmt.Errorf("entry %d = %+v, want %+v", i, *e, want[names[i]])
+	size := 0
+	if err := s.records(func(name, rec []byte) error {
+		var e Entry
+		d := decoder{b: rec}
+		d.entry(&e)
+		if d.err != nil || len(d.b) != 0 || string(name) != e.Name || !reflect.DeepEqual(e, want[names[i]]) {
+			return fmt.Errorf("entry %d = %+v (%v, %d left), want %+v", i, e, d.err, len(d.b), want[names[i]])
 		}
+		size += len(rec)
 		i++
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if s.size() != size {
+		t.Fatalf("size = %d, records hold %d", s.size(), size)
+	}
+}
+
+// TestEntryLen checks entryLen against the encoder on every kind of entry.
+func TestEntryLen(t *testing.T) {
+	for _, tr := range []*Tree{sampleTree(), sparseTree()} {
+		for i := range tr.Entries {
+			rec := appendEntry(nil, &tr.Entries[i])
+			if n := entryLen(append(rec, 1, 2, 3)); n != len(rec) {
+				t.Fatalf("entryLen of %q = %d, want %d", tr.Entries[i].Name, n, len(rec))
+			}
+		}
 	}
 }
 

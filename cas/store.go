@@ -79,9 +79,26 @@ func ReadAll(ctx context.Context, g Getter, id ID) ([]byte, error) {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		return nil, err
+	// Read into a buffer of the object's size when the store says it:
+	// growing one by doubling would copy a tree of tens of megabytes a
+	// dozen times and leave twice its size as garbage.
+	size := int64(512)
+	if n, ok := readerSize(rc); ok && n >= 0 && n < 1<<30 {
+		size = n
+	}
+	b := make([]byte, 0, size+1)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := rc.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	// The reader verified at EOF already; this check also covers Getters
 	// that do not (a defect we would rather catch here than serve).
@@ -91,4 +108,15 @@ func ReadAll(ctx context.Context, g Getter, id ID) ([]byte, error) {
 	return b, nil
 }
 
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+func bytesReader(b []byte) io.Reader { return &wholeReader{Reader: bytes.NewReader(b), b: b} }
+
+// wholeReader is a reader over bytes held in memory that hands them over
+// whole (Bytes) to a Putter that wants them at once, which then needs no
+// copy of a tree that may be tens of megabytes.
+type wholeReader struct {
+	*bytes.Reader
+	b []byte
+}
+
+// Bytes returns the bytes not yet read.
+func (r *wholeReader) Bytes() []byte { return r.b[len(r.b)-r.Len():] }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -175,7 +176,7 @@ type TreeEncoder struct {
 	b    []byte
 	want int
 	n    int
-	last string
+	last []byte // never written through: it may alias a Builder's record
 	err  error
 }
 
@@ -203,7 +204,7 @@ func (enc *TreeEncoder) Add(e *Entry) error {
 		enc.err = err
 		return err
 	}
-	if enc.n > 0 && enc.last >= e.Name {
+	if enc.n > 0 && string(enc.last) >= e.Name {
 		enc.err = fmt.Errorf("entries not sorted or not unique at %q: %w", e.Name, ErrInvalidArgument)
 		return enc.err
 	}
@@ -216,7 +217,30 @@ func (enc *TreeEncoder) Add(e *Entry) error {
 		return enc.err
 	}
 	enc.b = appendEntry(enc.b, e)
-	enc.last = e.Name
+	enc.last = []byte(e.Name)
+	enc.n++
+	return nil
+}
+
+// grow makes room for n more bytes at once.
+func (enc *TreeEncoder) grow(n int) { enc.b = slices.Grow(enc.b, n) }
+
+// addRecord appends the encoded entry rec called name, which the caller
+// validated (a Builder's record): only the order is checked.
+func (enc *TreeEncoder) addRecord(name, rec []byte) error {
+	if enc.err != nil {
+		return enc.err
+	}
+	if enc.n > 0 && bytes.Compare(enc.last, name) >= 0 {
+		enc.err = fmt.Errorf("entries not sorted or not unique at %q: %w", name, ErrInvalidArgument)
+		return enc.err
+	}
+	if enc.n == enc.want {
+		enc.err = fmt.Errorf("more than the %d entries announced: %w", enc.want, ErrInvalidArgument)
+		return enc.err
+	}
+	enc.b = append(enc.b, rec...)
+	enc.last = name
 	enc.n++
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 )
 
 func corruptError(id ID) error {
@@ -20,6 +21,22 @@ func corruptError(id ID) error {
 // a stream (a tar export) cannot take back.
 func VerifyingReader(id ID, r io.ReadCloser) io.ReadCloser {
 	return &holdLast{rc: &verifyingReader{id: id, r: r, h: NewHasher()}}
+}
+
+// readerSize is the size of what r reads when r knows it without a round
+// trip: a file, or a VerifyingReader over one.
+func readerSize(r io.Reader) (int64, bool) {
+	switch r := r.(type) {
+	case *holdLast:
+		return readerSize(r.rc)
+	case *verifyingReader:
+		return readerSize(r.r)
+	case interface{ Stat() (fs.FileInfo, error) }:
+		if fi, err := r.Stat(); err == nil && fi.Mode().IsRegular() {
+			return fi.Size(), true
+		}
+	}
+	return 0, false
 }
 
 type verifyingReader struct {

@@ -54,6 +54,11 @@ func newObjects(st Store) *objects {
 // Put implements cas.Putter for Builder.Write, which hands over trees:
 // small, read whole, stored only when missing.
 func (o *objects) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
+	if w, ok := r.(interface{ Bytes() []byte }); ok {
+		// The Builder's own bytes: a huge directory's tree is not copied.
+		b := w.Bytes()
+		return o.putBytes(ctx, b, cas.Sum(b))
+	}
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return cas.Info{}, false, err

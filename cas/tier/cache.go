@@ -183,15 +183,15 @@ func (t *Store) pinned(ctx context.Context) (map[cas.ID]bool, error) {
 			continue
 		}
 		set[id] = true
-		tr, err := cas.ReadTree(ctx, t.local, id)
+		tr, err := cas.ReadTreeView(ctx, t.local, id)
 		if errors.Is(err, cas.ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		for i := range tr.Entries {
-			e := &tr.Entries[i]
+		for i := range tr.Len() {
+			e := tr.Entry(i)
 			switch e.Type {
 			case cas.TypeDir:
 				stack = append(stack, e.ID)
