@@ -33,7 +33,14 @@ func Mount(dir string, f *FS) (*fuse.Server, error) {
 			// an idmapped clone (delta.IDMap); the kernel allows that only
 			// when the server says so.
 			IDMappedMount: true,
-			Debug:         f.opts.Debug,
+			// READDIRPLUS only where it pays, as libfuse does by default:
+			// the kernel asks for attributes with the first batch of a
+			// listing and with later ones only once a child's attributes
+			// were looked up (ls -l, find -type f). Without it every
+			// listing made an inode here for every entry: a million of
+			// them for one ls -f of a huge directory.
+			ExtraCapabilities: fuse.CAP_READDIRPLUS_AUTO,
+			Debug:             f.opts.Debug,
 		},
 		// Mode 0000 is a mode: without this go-fuse shows it as 0644 or
 		// 0755, and a 0000 /etc/shadow becomes readable by everyone.
