@@ -253,11 +253,12 @@ func verifyTrees(ctx context.Context, s cas.Store, root cas.ID) error {
 		if ok, err := s.Has(ctx, id); err != nil || !ok {
 			return fmt.Errorf("tree %s: %w", id, orNotFound(err))
 		}
-		t, err := cas.ReadTree(ctx, s, id)
+		t, err := cas.ReadTreeView(ctx, s, id)
 		if err != nil {
 			return err
 		}
-		for _, e := range t.Entries {
+		for i := range t.Len() {
+			e := t.Entry(i)
 			switch e.Type {
 			case cas.TypeDir:
 				if err := walk(e.ID); err != nil {

@@ -74,13 +74,13 @@ func Mark(ctx context.Context, g cas.Getter, roots []cas.ID, extra []cas.ID, mar
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("mark: %w", err)
 			}
-			t, err := cas.ReadTree(ctx, g, id)
+			t, err := cas.ReadTreeView(ctx, g, id)
 			if err != nil {
 				return fmt.Errorf("mark from root %s: %w", root, err)
 			}
 			mark(id)
-			for i := range t.Entries {
-				e := &t.Entries[i]
+			for i := range t.Len() {
+				e := t.Entry(i)
 				switch e.Type {
 				case cas.TypeDir:
 					if _, ok := seen[e.ID]; !ok {
