@@ -3,6 +3,7 @@ package cas
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -518,32 +519,119 @@ func (b *Builder) write(ctx context.Context, p Putter, n *bnode) (ID, error) {
 	if err := n.leaves.flush(); err != nil {
 		return ZeroID, err
 	}
-	enc := NewTreeEncoder(n.attr, len(dirs)+n.leaves.len())
-	enc.grow(n.leaves.size() + len(dirs)*(IDSize+8))
-	i := 0
-	err := n.leaves.records(func(name, rec []byte) error {
-		for ; i < len(dirs) && dirs[i] < string(name); i++ {
-			if err := enc.Add(&Entry{Name: dirs[i], Type: TypeDir, ID: ids[i]}); err != nil {
-				return err
+	count, size := len(dirs)+n.leaves.len(), n.leaves.size()+len(dirs)*(IDSize+8)
+	// encode writes the tree into enc (a fresh encoder of count entries).
+	encode := func(enc *TreeEncoder) error {
+		i := 0
+		err := n.leaves.records(func(name, rec []byte) error {
+			for ; i < len(dirs) && dirs[i] < string(name); i++ {
+				if err := enc.Add(&Entry{Name: dirs[i], Type: TypeDir, ID: ids[i]}); err != nil {
+					return err
+				}
 			}
+			return enc.addRecord(name, rec)
+		})
+		for ; err == nil && i < len(dirs); i++ {
+			err = enc.Add(&Entry{Name: dirs[i], Type: TypeDir, ID: ids[i]})
 		}
-		return enc.addRecord(name, rec)
-	})
-	if err != nil {
-		return ZeroID, err
+		return err
 	}
-	for ; i < len(dirs); i++ {
-		if err := enc.Add(&Entry{Name: dirs[i], Type: TypeDir, ID: ids[i]}); err != nil {
+	var id ID
+	if size <= streamTreeOver {
+		enc := NewTreeEncoder(n.attr, count)
+		enc.grow(size)
+		if err := encode(enc); err != nil {
+			return ZeroID, err
+		}
+		raw, rid, err := enc.Finish()
+		if err != nil {
+			return ZeroID, err
+		}
+		if _, _, err := p.Put(ctx, bytesReader(raw)); err != nil {
+			return ZeroID, err
+		}
+		id = rid
+	} else {
+		var err error
+		if id, err = putStreamed(ctx, p, n.attr, count, encode); err != nil {
 			return ZeroID, err
 		}
 	}
-	raw, id, err := enc.Finish()
+	n.base, n.dirty = id, false
+	return id, nil
+}
+
+// streamTreeOver is the encoded size above which Write streams a tree into
+// the store instead of holding it: a directory of a million entries would
+// otherwise hold its tree (tens of megabytes) beside its records.
+const streamTreeOver = 4 << 20
+
+// putStreamed encodes a tree twice, once to hash it and once into p's Put
+// through a pipe, so neither holds more than an encoder's spill buffer.
+// The reader tells p the id and size first (IdentifiedReader), so a Putter
+// that asks before it writes still can.
+func putStreamed(ctx context.Context, p Putter, a Attr, count int, encode func(*TreeEncoder) error) (ID, error) {
+	h := NewHasher()
+	cw := &countingWriter{w: h}
+	enc := NewTreeEncoder(a, count)
+	enc.w = cw
+	if err := encode(enc); err != nil {
+		return ZeroID, err
+	}
+	if err := enc.finishTo(); err != nil {
+		return ZeroID, err
+	}
+	id := IDFromHash(h)
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		enc := NewTreeEncoder(a, count)
+		enc.w = pw
+		err := encode(enc)
+		if err == nil {
+			err = enc.finishTo()
+		}
+		pw.CloseWithError(err) // nil: EOF
+	}()
+	info, _, err := p.Put(ctx, &identifiedReader{Reader: pr, id: id, size: cw.n})
+	// A Put that stopped early (or never read: stored already) must not
+	// leave the encoder blocked on the pipe.
+	pr.CloseWithError(io.ErrClosedPipe)
+	<-done
 	if err != nil {
 		return ZeroID, err
 	}
-	if _, _, err := p.Put(ctx, bytesReader(raw)); err != nil {
-		return ZeroID, err
+	if info.ID != id {
+		return ZeroID, fmt.Errorf("tree stored as %s, hashed as %s: %w", info.ID, id, ErrCorrupt)
 	}
-	n.base, n.dirty = id, false
 	return id, nil
+}
+
+// IdentifiedReader is a reader whose content id and size are known before
+// it is read: a Putter may skip reading it when it has the object.
+type IdentifiedReader interface {
+	io.Reader
+	ContentID() ID
+	ContentSize() int64
+}
+
+type identifiedReader struct {
+	io.Reader
+	id   ID
+	size int64
+}
+
+func (r *identifiedReader) ContentID() ID      { return r.id }
+func (r *identifiedReader) ContentSize() int64 { return r.size }
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
 }

@@ -467,3 +467,57 @@ func TestBuilderRejectsBadDirAttrAtPut(t *testing.T) {
 		}
 	}
 }
+
+// TestBuilderStreamsHugeTree: a directory whose tree is over the size the
+// Builder holds in memory is streamed into the store, and its id is the
+// id of the same tree encoded whole.
+func TestBuilderStreamsHugeTree(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	const n = 120_000
+	b := cas.NewBuilder(st, cas.ZeroID)
+	want := &cas.Tree{Attr: cas.Attr{Mode: 0o755}}
+	for i := range n {
+		// Out of order, as an import's workers deliver them.
+		j := (i * 7919) % n
+		name := fmt.Sprintf("f%06d", j)
+		if err := b.Put(ctx, name, fileEntry(name), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Put(ctx, "f000500x/sub", fileEntry("sub"), ""); err != nil {
+		t.Fatal(err)
+	}
+	root, err := b.Write(ctx, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &cas.Tree{Attr: cas.ImplicitDirAttr, Entries: []cas.Entry{fileEntry("sub")}}
+	sub.Entries[0].Name = "sub"
+	_, subID, err := cas.TreeID(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		name := fmt.Sprintf("f%06d", i)
+		e := fileEntry(name)
+		e.Name = name
+		want.Entries = append(want.Entries, e)
+		if i == 500 {
+			want.Entries = append(want.Entries, cas.Entry{Name: "f000500x", Type: cas.TypeDir, ID: subID})
+		}
+	}
+	raw, id, err := cas.TreeID(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) < 4<<20 {
+		t.Fatalf("tree of %d bytes does not exercise streaming", len(raw))
+	}
+	if root != id {
+		t.Fatalf("streamed root %s, want %s", root, id)
+	}
+	if _, err := cas.ReadTreeView(ctx, st, root); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"sort"
@@ -178,6 +179,31 @@ type TreeEncoder struct {
 	n    int
 	last []byte // never written through: it may alias a Builder's record
 	err  error
+	// w, when set, takes the bytes as they come (spill).
+	w io.Writer
+}
+
+// spillAt is how many bytes a streaming encoder holds before writing.
+const spillAt = 64 << 10
+
+// spill writes what a streaming encoder holds once it is spillAt or more.
+func (enc *TreeEncoder) spill(force bool) {
+	if enc.w == nil || enc.err != nil || (!force && len(enc.b) < spillAt) {
+		return
+	}
+	if _, err := enc.w.Write(enc.b); err != nil {
+		enc.err = err
+	}
+	enc.b = enc.b[:0]
+}
+
+// finishTo ends a streaming encoder (one whose w is set).
+func (enc *TreeEncoder) finishTo() error {
+	if enc.err == nil && enc.n != enc.want {
+		enc.err = fmt.Errorf("%d entries announced, %d added: %w", enc.want, enc.n, ErrInvalidArgument)
+	}
+	enc.spill(true)
+	return enc.err
 }
 
 // NewTreeEncoder starts a tree with the directory attributes a and count
@@ -219,7 +245,8 @@ func (enc *TreeEncoder) Add(e *Entry) error {
 	enc.b = appendEntry(enc.b, e)
 	enc.last = []byte(e.Name)
 	enc.n++
-	return nil
+	enc.spill(false)
+	return enc.err
 }
 
 // grow makes room for n more bytes at once.
@@ -242,7 +269,8 @@ func (enc *TreeEncoder) addRecord(name, rec []byte) error {
 	enc.b = append(enc.b, rec...)
 	enc.last = name
 	enc.n++
-	return nil
+	enc.spill(false)
+	return enc.err
 }
 
 // Finish returns the encoded tree and its id.

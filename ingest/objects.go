@@ -54,6 +54,14 @@ func newObjects(st Store) *objects {
 // Put implements cas.Putter for Builder.Write, which hands over trees:
 // small, read whole, stored only when missing.
 func (o *objects) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
+	if ir, ok := r.(cas.IdentifiedReader); ok {
+		// A huge tree, streamed: ask first, then stream it in.
+		info := cas.Info{ID: ir.ContentID(), Size: ir.ContentSize()}
+		if has, err := o.st.Has(ctx, info.ID); err != nil || has {
+			return info, false, err
+		}
+		return o.put(ctx, ir)
+	}
 	if w, ok := r.(interface{ Bytes() []byte }); ok {
 		// The Builder's own bytes: a huge directory's tree is not copied.
 		b := w.Bytes()
