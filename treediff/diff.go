@@ -149,18 +149,19 @@ type differ struct {
 }
 
 // tree reads id, or returns nil for ZeroID.
-func (d *differ) tree(id cas.ID) (*cas.Tree, error) {
+func (d *differ) tree(id cas.ID) (*cas.TreeView, error) {
 	if id.IsZero() {
 		return nil, nil
 	}
 	if err := d.ctx.Err(); err != nil {
 		return nil, err
 	}
-	return cas.ReadTree(d.ctx, d.g, id)
+	// A view: a huge directory is compared one decoded entry at a time.
+	return cas.ReadTreeView(d.ctx, d.g, id)
 }
 
 // dirEntry is the enriched entry of a directory: its tree id and attributes.
-func dirEntry(name string, id cas.ID, t *cas.Tree) *cas.Entry {
+func dirEntry(name string, id cas.ID, t *cas.TreeView) *cas.Entry {
 	return &cas.Entry{Name: name, Type: cas.TypeDir, ID: id, Attr: cloneAttr(t.Attr)}
 }
 
@@ -191,25 +192,38 @@ func join(dir, name string) string {
 
 // dirs compares the entries of two directories at path p, merging their
 // sorted lists.
-func (d *differ) dirs(p string, ta, tb *cas.Tree) error {
-	ea, eb := ta.Entries, tb.Entries
-	for len(ea) > 0 || len(eb) > 0 {
+func (d *differ) dirs(p string, ta, tb *cas.TreeView) error {
+	i, j := 0, 0
+	for i < ta.Len() || j < tb.Len() {
+		if err := d.ctx.Err(); err != nil {
+			return err
+		}
+		var na, nb string
+		if i < ta.Len() {
+			na = ta.Name(i)
+		}
+		if j < tb.Len() {
+			nb = tb.Name(j)
+		}
 		switch {
-		case len(eb) == 0 || (len(ea) > 0 && ea[0].Name < eb[0].Name):
-			if err := d.deletedEntry(join(p, ea[0].Name), &ea[0]); err != nil {
+		case j == tb.Len() || (i < ta.Len() && na < nb):
+			ea := ta.Entry(i)
+			if err := d.deletedEntry(join(p, na), &ea); err != nil {
 				return err
 			}
-			ea = ea[1:]
-		case len(ea) == 0 || eb[0].Name < ea[0].Name:
-			if err := d.addedEntry(join(p, eb[0].Name), &eb[0]); err != nil {
+			i++
+		case i == ta.Len() || nb < na:
+			eb := tb.Entry(j)
+			if err := d.addedEntry(join(p, nb), &eb); err != nil {
 				return err
 			}
-			eb = eb[1:]
+			j++
 		default:
-			if err := d.both(join(p, ea[0].Name), &ea[0], &eb[0]); err != nil {
+			ea, eb := ta.Entry(i), tb.Entry(j)
+			if err := d.both(join(p, na), &ea, &eb); err != nil {
 				return err
 			}
-			ea, eb = ea[1:], eb[1:]
+			i, j = i+1, j+1
 		}
 	}
 	return nil
@@ -251,7 +265,7 @@ func (d *differ) both(p string, ea, eb *cas.Entry) error {
 }
 
 func (d *differ) typeChanged(p string, ea, eb *cas.Entry) error {
-	var ta, tb *cas.Tree
+	var ta, tb *cas.TreeView
 	old, nw := cloneEntry(ea), cloneEntry(eb)
 	var err error
 	if ea.Type == cas.TypeDir {
@@ -303,7 +317,7 @@ func (d *differ) deletedEntry(p string, e *cas.Entry) error {
 	return d.deleted(p, dirEntry(e.Name, e.ID, t), t)
 }
 
-func (d *differ) added(p string, e *cas.Entry, t *cas.Tree) error {
+func (d *differ) added(p string, e *cas.Entry, t *cas.TreeView) error {
 	if err := d.fn(Change{Path: p, Kind: Added, New: e}); err != nil {
 		return err
 	}
@@ -313,7 +327,7 @@ func (d *differ) added(p string, e *cas.Entry, t *cas.Tree) error {
 	return d.below(p, t, Added)
 }
 
-func (d *differ) deleted(p string, e *cas.Entry, t *cas.Tree) error {
+func (d *differ) deleted(p string, e *cas.Entry, t *cas.TreeView) error {
 	if err := d.fn(Change{Path: p, Kind: Deleted, Old: e}); err != nil {
 		return err
 	}
@@ -324,9 +338,10 @@ func (d *differ) deleted(p string, e *cas.Entry, t *cas.Tree) error {
 }
 
 // below reports every entry of t, recursively, as kind.
-func (d *differ) below(p string, t *cas.Tree, kind Kind) error {
-	for i := range t.Entries {
-		e := &t.Entries[i]
+func (d *differ) below(p string, t *cas.TreeView, kind Kind) error {
+	for i := range t.Len() {
+		ent := t.Entry(i)
+		e := &ent
 		var err error
 		if kind == Added {
 			err = d.addedEntry(join(p, e.Name), e)
