@@ -41,6 +41,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Store configures the local object store.
 	Store *local.Options
+	// CAS, if set, is the content store instead of the local store under
+	// <state>/cas (Store is then ignored): cas/mem for logic tests, a
+	// remote store for tests that prove the FRs on one. The caller closes
+	// it, if it needs closing, after Close. It cannot be combined with
+	// Remote, whose cache is the local store.
+	CAS cas.Store
 	// Journal configures the state plane (pebble under <state>/journal).
 	Journal journalpebble.Options
 	// JournalStore, if set, is the state plane instead of pebble (the
@@ -119,6 +125,9 @@ func (o *Options) Validate() error {
 	if o.StateDir == "" {
 		return fmt.Errorf("fabric options: empty state dir: %w", errdefs.ErrInvalidArgument)
 	}
+	if o.CAS != nil && o.Remote != nil {
+		return fmt.Errorf("fabric options: a content store (CAS) and a remote: %w", errdefs.ErrInvalidArgument)
+	}
 	return nil
 }
 
@@ -163,7 +172,8 @@ type Fabric struct {
 	corruptMu  sync.Mutex
 	corruptOff int64
 
-	local *local.Store // the disk store, for paths (FUSE passthrough, fsck repair)
+	// local is the disk store under <state>/cas (nil with Options.CAS).
+	local *local.Store
 	// tier is the verified cache over Options.Remote, or nil.
 	tier *tier.Store
 	// counting keeps the object tally of Status; store, the GC tracker
@@ -277,11 +287,13 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	if err := os.MkdirAll(f.tmpDir, 0o700); err != nil {
 		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 	}
-	f.local, err = local.Open(filepath.Join(stateDir, "cas"), opts.Store)
-	if err != nil {
-		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+	base := opts.CAS
+	if base == nil {
+		if f.local, err = local.Open(filepath.Join(stateDir, "cas"), opts.Store); err != nil {
+			return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+		}
+		base = f.local
 	}
-	var base cas.Store = f.local
 	if opts.Remote != nil {
 		// f.journal is set below, before any operation can evict.
 		topts := tier.Options{Local: f.local, Remote: opts.Remote, Logger: f.log, CacheSize: opts.CacheSize, Pinned: f.pinnedRoots}

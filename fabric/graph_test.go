@@ -72,7 +72,7 @@ func newGroup(t *testing.T, f *Fabric, files map[string]string) CreateGroupResul
 }
 
 func TestGraphBasics(t *testing.T) {
-	f := openGraph(t)
+	f := openFakes(t, Options{})
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"a": "1"})
 	if g.Group.Generation != 1 || g.Group.CanonicalNodeID != g.Node.NodeID || g.Node.Status != journal.NodeSealed {
@@ -131,7 +131,7 @@ func TestGraphBasics(t *testing.T) {
 // recorded in parts); one child more is invalid; a result over the
 // journal's limit is refused whole, with nothing forked.
 func TestForkLimit(t *testing.T) {
-	f := openGraph(t)
+	f := openFakes(t, Options{})
 	g := newGroup(t, f, map[string]string{"a": "1"})
 	state := json.RawMessage(`"` + strings.Repeat("s", 1000) + `"`)
 	req := ForkRequest{NodeID: g.Node.NodeID, N: MaxFork, LogicalState: state}
@@ -164,11 +164,7 @@ func TestGeneratedKeysExpire(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	f, err := Open(context.Background(), Options{StateDir: t.TempDir(), Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openFakes(t, Options{Now: now})
 	g := newGroup(t, f, map[string]string{"a": "1"}) // a key made by the Fabric
 	req := ForkRequest{NodeID: g.Node.NodeID, N: 1}
 	apiKey := WithCallInfo(context.Background(), CallInfo{IdempotencyKey: "api-made", KeyGenerated: true})
