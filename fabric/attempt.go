@@ -3,7 +3,6 @@ package fabric
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -302,12 +301,12 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 	// Usually mounted already (premount); otherwise (a custom root, a
 	// replay of an attempt whose mount went away, a failed early mount)
 	// it is mounted now.
-	base := ""
-	if cur.Runtime != nil {
-		var d rtData
-		json.Unmarshal(cur.Runtime.Data, &d)
-		base = d.BaseRootID
+	d, err := runtimeData(cur.Runtime)
+	if err != nil {
+		f.failAttemptLocked(context.WithoutCancel(ctx), a.AttemptID, err)
+		return AttemptView{}, fmt.Errorf("activate: %w", err)
 	}
+	base := d.BaseRootID
 	var recorded bool
 	if base != "" {
 		recorded, err = f.mountDelta(ctx, a, base, cur.Runtime, req.Root)
@@ -439,11 +438,11 @@ func (f *Fabric) ensureMounted(ctx context.Context, a journal.Attempt, root stri
 	if err != nil {
 		return err
 	}
-	var rt journal.AttemptRuntime
-	if v.Runtime != nil {
-		rt = *v.Runtime
+	base, err := baseRoot(n, v.Runtime)
+	if err != nil {
+		return err
 	}
-	_, err = f.mountDelta(ctx, v.Attempt, baseRoot(v.Attempt, n, rt), v.Runtime, root)
+	_, err = f.mountDelta(ctx, v.Attempt, base, v.Runtime, root)
 	return err
 }
 
@@ -461,9 +460,9 @@ func (f *Fabric) mountDelta(ctx context.Context, a journal.Attempt, base string,
 	if rt != nil && rt.Mount != "" {
 		root = rt.Mount
 	}
-	var d rtData
-	if rt != nil {
-		json.Unmarshal(rt.Data, &d)
+	d, err := runtimeData(rt)
+	if err != nil {
+		return false, err
 	}
 	l := f.layout(a, base, root)
 	mounted, boot, err := f.mountLocked(ctx, a.AttemptID, base, l, d.BootID, d.DiskBytes)

@@ -2,7 +2,6 @@ package fabric
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -88,8 +87,10 @@ func (f *Fabric) startContainer(ctx context.Context, a journal.Attempt) error {
 	if info, err := f.exec.State(ctx, a.AttemptID); err == nil && info.Status != executor.StatusStopped {
 		return nil
 	}
-	var d rtData
-	json.Unmarshal(v.Runtime.Data, &d)
+	d, err := runtimeData(v.Runtime)
+	if err != nil {
+		return err
+	}
 	cfg := ContainerConfig{Network: "none"}
 	if d.Container != nil {
 		cfg = *d.Container

@@ -2,9 +2,11 @@ package fabric
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/esf-dev/esf/cas"
@@ -12,6 +14,7 @@ import (
 	"github.com/esf-dev/esf/cas/s3"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/executor/fake"
+	"github.com/esf-dev/esf/journal"
 	journalmem "github.com/esf-dev/esf/journal/mem"
 )
 
@@ -61,5 +64,58 @@ func TestOpenOnGivenStores(t *testing.T) {
 	o := Options{StateDir: t.TempDir(), CAS: casmem.New(), Remote: &s3.Store{}}
 	if err := o.Validate(); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("CAS and Remote: %v", err)
+	}
+}
+
+// TestCorruptRuntimeRecord: an attempt runtime record whose data does not
+// decode is corrupt wherever it is read, never zero values: a seal does
+// not compare against the node's root instead of the recorded base, a
+// collection does not run without the root under the mount, recovery
+// reports the attempt and leaves it alone.
+func TestCorruptRuntimeRecord(t *testing.T) {
+	f := openFakes(t, Options{})
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	// An active attempt with a lease, as an activation commits it, whose
+	// runtime record's data is JSON (the journal checks that much) of the
+	// wrong shape.
+	var aid string
+	err := f.journal.Update(ctx, func(tx journal.Tx) error {
+		var err error
+		if aid, err = f.ids.New(journal.KindAttempt); err != nil {
+			return err
+		}
+		a := journal.Attempt{AttemptID: aid, NodeID: g.Node.NodeID, GroupID: g.Group.GroupID, Executor: ExecutorNone, State: journal.AttemptQueued}
+		if err := journal.CreateAttempt(tx, a); err != nil {
+			return err
+		}
+		if a, err = journal.GetAttempt(tx, aid); err != nil { // with its timestamps
+			return err
+		}
+		if err := startInTx(tx, CallInfo{}, f.ids, &a, DefaultLeaseTTL.Milliseconds()); err != nil {
+			return err
+		}
+		l := f.layout(a, g.Node.RootID, "")
+		return journal.PutAttemptRuntime(tx, journal.AttemptRuntime{AttemptID: aid, Worker: f.worker,
+			PrivateDelta: l.Dir, Mount: l.Root, Data: json.RawMessage(`{"base_root_id":42}`)})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Suspend(ctx, SuspendRequest{AttemptID: aid}); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Errorf("suspend: %v, want corrupt", err)
+	}
+	if _, err := f.Collect(ctx, CollectRequest{}); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Errorf("collect: %v, want corrupt", err)
+	}
+	if err := f.Recover(ctx); !errors.Is(err, errdefs.ErrCorrupt) || !strings.Contains(err.Error(), aid) {
+		t.Errorf("recover: %v, want corrupt naming %s", err, aid)
+	}
+	if v, err := f.attemptView(ctx, aid); err != nil || v.State != journal.AttemptActive {
+		t.Errorf("after recover: %+v %v, want it left active", v.Attempt, err)
+	}
+	// Releasing it is still possible: it needs nothing the record holds.
+	if _, err := f.Release(ctx, ReleaseRequest{AttemptID: aid}); err != nil {
+		t.Errorf("release: %v", err)
 	}
 }

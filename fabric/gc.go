@@ -2,7 +2,6 @@ package fabric
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -123,8 +122,13 @@ func liveAttemptRoots(r journal.Reader, add func(hex string) error) error {
 		if err != nil {
 			return err
 		}
-		var d rtData
-		if json.Unmarshal(rt.Data, &d) == nil && d.BaseRootID != "" {
+		// A record that does not say which root is under the mount
+		// stops the walk: a collection must not free it.
+		d, err := runtimeData(&rt)
+		if err != nil {
+			return err
+		}
+		if d.BaseRootID != "" {
 			return add(d.BaseRootID)
 		}
 		return nil

@@ -2,7 +2,6 @@ package fabric
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/fusefs"
-	"github.com/esf-dev/esf/journal"
 )
 
 // projection is the one FUSE mount at <state>/mnt that shows every root.
@@ -149,38 +147,4 @@ func (p *projection) Stop() error {
 	}
 	p.proc = nil
 	return nil
-}
-
-// rtData is what an attempt's runtime record keeps beside the paths.
-type rtData struct {
-	// BaseRootID is the root mounted as the overlay's lower layer: the
-	// tree that seal compares the upper directory against.
-	BaseRootID string `json:"base_root_id,omitempty"`
-	// TTLMillis and MemoryBytes are what a queued attempt starts with;
-	// MemoryBytes stays as its reservation against the memory quota.
-	TTLMillis   int64 `json:"ttl_ms,omitempty"`
-	MemoryBytes int64 `json:"memory_bytes,omitempty"`
-	// DiskBytes is the limit of the delta, set when it is made (0: none).
-	DiskBytes int64 `json:"disk_bytes,omitempty"`
-	// Container is the runc attempt's container configuration.
-	Container *ContainerConfig `json:"container,omitempty"`
-	// BootID is the machine's boot (delta.BootID) when the delta was
-	// mounted: its volatile upper directory is whole only if the machine
-	// has not restarted since.
-	BootID string `json:"boot_id,omitempty"`
-}
-
-func (d rtData) json() json.RawMessage {
-	b, _ := json.Marshal(d)
-	return b
-}
-
-// baseRoot is the lower root of an attempt: recorded at mount time, or the
-// node's root for an attempt not mounted yet.
-func baseRoot(a journal.Attempt, n journal.Node, rt journal.AttemptRuntime) string {
-	var d rtData
-	if len(rt.Data) > 0 && json.Unmarshal(rt.Data, &d) == nil && d.BaseRootID != "" {
-		return d.BaseRootID
-	}
-	return n.RootID
 }

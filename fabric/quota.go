@@ -2,7 +2,6 @@ package fabric
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -166,12 +165,13 @@ func (f *Fabric) startQueued(ctx context.Context, id string) {
 		if a.State != journal.AttemptQueued {
 			return fmt.Errorf("attempt %s is %s: %w", id, a.State, journal.ErrFailedPrecondition)
 		}
-		var ttl int64
 		var d rtData
 		if rt, err := journal.GetAttemptRuntime(tx, id); err == nil {
-			json.Unmarshal(rt.Data, &d)
+			if d, err = runtimeData(&rt); err != nil {
+				return err
+			}
 		}
-		ttl = d.TTLMillis
+		ttl := d.TTLMillis
 		if ttl == 0 {
 			ttl = DefaultLeaseTTL.Milliseconds()
 		}

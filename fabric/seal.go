@@ -92,9 +92,9 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 			return err
 		}
 		if a.Runtime != nil {
-			base = baseRoot(a.Attempt, n, *a.Runtime)
+			base, err = baseRoot(n, a.Runtime)
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return res, fmt.Errorf("suspend: %w", err)
@@ -147,8 +147,11 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	}
 	// A container's processes stop for the seal: the delta no longer
 	// changes under the walk (a consistent checkpoint of a live sandbox).
-	var d rtData
-	json.Unmarshal(a.Runtime.Data, &d)
+	d, err := runtimeData(a.Runtime)
+	if err != nil {
+		unquiesce()
+		return res, fmt.Errorf("suspend: %w", err)
+	}
 	var exclude []string
 	if a.Executor == ExecutorRunc && f.exec != nil {
 		exclude = executor.Footprint()
@@ -461,9 +464,14 @@ func (f *Fabric) Recover(ctx context.Context) error {
 		if !f.ownsRuntime(a.Runtime) {
 			continue // another worker's
 		}
+		// An attempt whose record does not decode is left as it is
+		// (its delta stays, its lease runs out) and reported.
+		d, err := runtimeData(a.Runtime)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("recover: %w", err))
+			continue
+		}
 		if a.Runtime != nil {
-			var d rtData
-			json.Unmarshal(a.Runtime.Data, &d)
 			f.quota.adopt(id, d.MemoryBytes)
 		}
 		switch a.State {
@@ -556,6 +564,7 @@ func (f *Fabric) isQueued(ctx context.Context, id string) bool {
 // scans every attempt record: recovery only.
 func (f *Fabric) queuedAttempts(ctx context.Context) ([]queued, error) {
 	var out []queued
+	var corrupt []error // such an attempt stays queued, and is reported
 	err := f.journal.View(ctx, func(r journal.Reader) error {
 		return journal.Attempts(r, func(a journal.Attempt) error {
 			if a.State != journal.AttemptQueued {
@@ -566,13 +575,16 @@ func (f *Fabric) queuedAttempts(ctx context.Context) ([]queued, error) {
 				if rt.Worker != f.worker {
 					return nil
 				}
-				json.Unmarshal(rt.Data, &d)
+				if d, err = runtimeData(&rt); err != nil {
+					corrupt = append(corrupt, err)
+					return nil
+				}
 			}
 			out = append(out, queued{a.AttemptID, d.MemoryBytes})
 			return nil
 		})
 	})
-	return out, err
+	return out, errors.Join(append([]error{err}, corrupt...)...)
 }
 
 // StopAll releases every live attempt and stops the projection: a full
