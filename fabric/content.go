@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/export"
 	"github.com/esf-dev/esf/ingest"
 )
 
@@ -286,72 +283,6 @@ func (f *Fabric) importInSession(ctx context.Context, src ImportSource) (ingest.
 // ResolveRoot returns the root tree that id designates (see resolveRoot).
 func (f *Fabric) ResolveRoot(ctx context.Context, id string) (cas.ID, error) {
 	return f.resolveRoot(ctx, id)
-}
-
-// ExportOptions choose what an export may carry to the daemon's host.
-type ExportOptions struct {
-	// PreservePrivileged keeps setuid/setgid bits, security.* xattrs and
-	// device nodes; by default they are dropped and reported in
-	// export.Stats.Dropped (see the export package).
-	PreservePrivileged bool
-}
-
-// exportOptions merges the optional ExportOptions argument.
-func (f *Fabric) exportOptions(opts []ExportOptions) export.Options {
-	o := export.Options{Logger: f.log.With("op", "export")}
-	for _, x := range opts {
-		o.PreservePrivileged = o.PreservePrivileged || x.PreservePrivileged
-	}
-	return o
-}
-
-// ExportDir writes the tree id designates into dest, an absolute path on
-// the daemon's host that must not exist (its parent must) or be an empty
-// directory. When the export fails, a dest it created is removed again; an
-// existing empty directory keeps what was written (export never deletes
-// what it did not create). Privileged content is dropped unless opts say
-// otherwise.
-func (f *Fabric) ExportDir(ctx context.Context, id, dest string, opts ...ExportOptions) (cas.ID, export.Stats, error) {
-	root, err := f.resolveRoot(ctx, id)
-	if err != nil {
-		return cas.ZeroID, export.Stats{}, fmt.Errorf("export: %w", err)
-	}
-	if !filepath.IsAbs(dest) {
-		return root, export.Stats{}, fmt.Errorf("export to %q: not an absolute path: %w", dest, errdefs.ErrInvalidArgument)
-	}
-	_, lerr := os.Lstat(dest)
-	fresh := errors.Is(lerr, fs.ErrNotExist)
-	st, err := export.ToDir(ctx, f.store, root, dest, f.exportOptions(opts))
-	if err != nil {
-		if fresh && !errors.Is(err, errdefs.ErrFailedPrecondition) {
-			// All or nothing when the export made dest: a half-written
-			// tree under the caller's name would pass for an export.
-			if rerr := os.RemoveAll(dest); rerr != nil {
-				f.log.Warn("export failed; removing its partial output failed too", "to", dest, "err", rerr)
-			}
-		}
-		return root, st, err
-	}
-	f.log.Info("exported", "root_id", root, "to", dest, "files", st.Files, "bytes", st.Bytes, "dropped", st.Dropped.String())
-	return root, st, nil
-}
-
-// ExportTar streams the tree id designates as a tar into w. Nothing is
-// written to w when id does not resolve; a failure after the first byte
-// leaves a truncated tar in w. A corrupt blob never appears whole in w: the
-// member it belongs to is cut short, so even a reader of the tar that
-// ignores how the stream ended fails on it. Privileged content is dropped
-// unless opts say otherwise.
-func (f *Fabric) ExportTar(ctx context.Context, id string, w io.Writer, opts ...ExportOptions) (cas.ID, export.Stats, error) {
-	root, err := f.resolveRoot(ctx, id)
-	if err != nil {
-		return cas.ZeroID, export.Stats{}, fmt.Errorf("export: %w", err)
-	}
-	st, err := export.ToTar(ctx, f.store, root, w, f.exportOptions(opts))
-	if err != nil {
-		return root, st, err
-	}
-	return root, st, nil
 }
 
 // Fsck re-hashes every stored object. Bad objects are reported in the

@@ -17,7 +17,6 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/errdefs"
-	"github.com/esf-dev/esf/export"
 	"github.com/esf-dev/esf/internal/atomicfile"
 	"github.com/esf-dev/esf/journal"
 )
@@ -307,74 +306,4 @@ func loadKey(path string) ([]byte, error) {
 		return nil, fmt.Errorf("provenance key: %w", err)
 	}
 	return key, nil
-}
-
-// ExportRequest materialises a node or root on the daemon's host.
-type ExportRequest struct {
-	ID string `json:"id"` // node id or root id
-	To string `json:"to"` // absolute destination directory
-	// Artifact exports one file or subtree (a slash path in the root)
-	// instead of the whole root.
-	Artifact string `json:"artifact,omitempty"`
-	// Provenance is where the record goes; default To + ".provenance.json".
-	Provenance string `json:"provenance,omitempty"`
-	// PreservePrivileged keeps setuid/setgid bits, security.* xattrs and
-	// device nodes, which are dropped by default.
-	PreservePrivileged bool `json:"preserve_privileged,omitempty"`
-}
-
-// ExportResult is what an export wrote.
-type ExportResult struct {
-	RootID     string           `json:"root_id"`
-	Files      int64            `json:"files"`
-	Bytes      int64            `json:"bytes"`
-	Provenance string           `json:"provenance"`
-	Record     ProvenanceRecord `json:"record"`
-	// Dropped is what the export left out because it could give
-	// privilege on the host.
-	Dropped export.Dropped `json:"dropped"`
-}
-
-// Export writes a node's (or root's) tree, or one artifact of it, to a
-// directory and its provenance record beside it.
-func (f *Fabric) Export(ctx context.Context, req ExportRequest) (ExportResult, error) {
-	root, err := f.resolveRoot(ctx, req.ID)
-	if err != nil {
-		return ExportResult{}, fmt.Errorf("export: %w", err)
-	}
-	id := root.String()
-	if req.Artifact != "" {
-		e, err := export.Lookup(ctx, f.store, root, req.Artifact)
-		if err != nil {
-			return ExportResult{}, fmt.Errorf("export artifact %s: %w", req.Artifact, err)
-		}
-		if e.Type != cas.TypeDir {
-			return ExportResult{}, fmt.Errorf("export artifact %s: a %s; artifacts are directories here (export its parent or the tar): %w",
-				req.Artifact, e.Type, errdefs.ErrUnsupported)
-		}
-		id = e.ID.String()
-	}
-	_, st, err := f.ExportDir(ctx, id, req.To, ExportOptions{PreservePrivileged: req.PreservePrivileged})
-	if err != nil {
-		return ExportResult{}, err
-	}
-	rec, err := f.Provenance(ctx, req.ID, ExportInfo{Format: "dir", Artifact: req.Artifact, Destination: req.To})
-	if err != nil {
-		return ExportResult{}, err
-	}
-	path := req.Provenance
-	if path == "" {
-		path = req.To + ".provenance.json"
-	}
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return ExportResult{}, err
-	}
-	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return ExportResult{}, fmt.Errorf("export: provenance: %w", err)
-	}
-	if st.Dropped.Paths == nil {
-		st.Dropped.Paths = []string{}
-	}
-	return ExportResult{RootID: root.String(), Files: st.Files, Bytes: st.Bytes, Provenance: path, Record: rec, Dropped: st.Dropped}, nil
 }
