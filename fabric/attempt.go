@@ -89,105 +89,164 @@ func (f *Fabric) Activate(ctx context.Context, req ActivateRequest) (AttemptView
 	return f.activate(ctx, OpActivate, req)
 }
 
+// activation is one activation as it passes through its phases:
+// checkActivation resolves the request and its defaults, admit reserves
+// quota (and starts the early mount), commitActivation records the
+// attempt, and bringUp mounts the root and starts the container.
+type activation struct {
+	op  string
+	req ActivateRequest // Executor and Root resolved
+	// mem is the attempt's memory limit: the quota's reservation and, for
+	// a container, its cgroup's limit (one number, decided before either
+	// is made).
+	mem       int64
+	disk      int64 // the delta's limit; 0: none
+	ttl       time.Duration
+	container *ContainerConfig // runc only
+	boot      string           // this boot (delta.BootID)
+	// admitted: the quota let the attempt start now (mem reserved);
+	// otherwise it is queued.
+	admitted bool
+	pre      *premount // the default root mounted during the commit, or nil
+}
+
 func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (AttemptView, error) {
-	var av AttemptView // the committed result (or a replay's first one)
+	act, err := f.checkActivation(ctx, op, req)
+	if err != nil {
+		return AttemptView{}, err
+	}
+	if err := f.admit(ctx, act); err != nil {
+		return AttemptView{}, err
+	}
+	av, err := f.commitActivation(ctx, act)
+	if err != nil {
+		act.unreserve(f)
+		return AttemptView{}, err
+	}
+	return f.bringUp(ctx, act, av.Attempt)
+}
+
+// unreserve gives back an admitted activation's memory reservation.
+func (act *activation) unreserve(f *Fabric) {
+	if act.admitted {
+		f.quota.unreserve(act.mem)
+	}
+}
+
+// checkActivation checks req and resolves its defaults (executor, memory,
+// container limits, ttl, disk) into an activation; it changes nothing.
+func (f *Fabric) checkActivation(ctx context.Context, op string, req ActivateRequest) (*activation, error) {
 	if req.Worker != "" && req.Worker != f.worker {
-		return AttemptView{}, fmt.Errorf("activate: pinned to worker %s, this is %s: %w", req.Worker, f.worker, errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("activate: pinned to worker %s, this is %s: %w", req.Worker, f.worker, errdefs.ErrFailedPrecondition)
 	}
 	if req.Executor == "" {
 		req.Executor = ExecutorNone
 	}
-	// The memory limit is the quota's reservation and, for a container,
-	// its cgroup's limit: one number, decided before either is made.
-	mem := req.MemoryBytes
-	if mem < 0 {
-		return AttemptView{}, fmt.Errorf("activate: negative memory: %w", journal.ErrInvalidArgument)
+	act := &activation{op: op, mem: req.MemoryBytes}
+	if act.mem < 0 {
+		return nil, fmt.Errorf("activate: negative memory: %w", journal.ErrInvalidArgument)
 	}
-	if mem == 0 && req.Executor == ExecutorRunc {
-		mem = f.opts.DefaultLimits.MemoryBytes
+	if act.mem == 0 && req.Executor == ExecutorRunc {
+		act.mem = f.opts.DefaultLimits.MemoryBytes
 	}
-	if mem == 0 && f.quota.maxMem > 0 {
-		mem = DefaultAttemptMemory
+	if act.mem == 0 && f.quota.maxMem > 0 {
+		act.mem = DefaultAttemptMemory
 	}
-	var container *ContainerConfig
 	switch req.Executor {
 	case ExecutorNone:
 	case ExecutorRunc:
 		if f.exec == nil {
-			return AttemptView{}, fmt.Errorf("activate: this daemon has no runc executor: %w", journal.ErrUnsupported)
+			return nil, fmt.Errorf("activate: this daemon has no runc executor: %w", journal.ErrUnsupported)
 		}
-		limits := executor.Limits{MemoryBytes: mem, Pids: req.Pids, CPUs: req.CPUs}
+		limits := executor.Limits{MemoryBytes: act.mem, Pids: req.Pids, CPUs: req.CPUs}
 		if limits.Pids == 0 {
 			limits.Pids = f.opts.DefaultLimits.Pids
 		}
 		if limits.CPUs == 0 {
 			limits.CPUs = f.opts.DefaultLimits.CPUs
 		}
-		container = &ContainerConfig{Env: req.Env, Workdir: req.Workdir, User: req.User, Network: "none", Mounts: f.opts.ContainerMounts,
+		act.container = &ContainerConfig{Env: req.Env, Workdir: req.Workdir, User: req.User, Network: "none", Mounts: f.opts.ContainerMounts,
 			Limits: limits, CapAdd: req.CapAdd}
-		if _, err := container.spec("/"); err != nil {
-			return AttemptView{}, fmt.Errorf("activate: %w", err)
+		if _, err := act.container.spec("/"); err != nil {
+			return nil, fmt.Errorf("activate: %w", err)
 		}
 	case ExecutorWASI:
 		if f.wasm == nil {
-			return AttemptView{}, fmt.Errorf("activate: this daemon has no WASI runtime: %w", journal.ErrUnsupported)
+			return nil, fmt.Errorf("activate: this daemon has no WASI runtime: %w", journal.ErrUnsupported)
 		}
 	default:
-		return AttemptView{}, fmt.Errorf("activate: executor %q: %w", req.Executor, journal.ErrUnsupported)
+		return nil, fmt.Errorf("activate: executor %q: %w", req.Executor, journal.ErrUnsupported)
 	}
 	if err := journal.CheckID(journal.KindNode, req.NodeID); err != nil {
-		return AttemptView{}, fmt.Errorf("activate: %w", err)
+		return nil, fmt.Errorf("activate: %w", err)
 	}
 	if req.TTLMillis < 0 {
-		return AttemptView{}, fmt.Errorf("activate: negative ttl: %w", journal.ErrInvalidArgument)
+		return nil, fmt.Errorf("activate: negative ttl: %w", journal.ErrInvalidArgument)
 	}
 	if req.Root != "" {
 		abs, err := filepath.Abs(req.Root)
 		if err != nil {
-			return AttemptView{}, fmt.Errorf("activate: %w", err)
+			return nil, fmt.Errorf("activate: %w", err)
 		}
 		req.Root = abs
 		// A replay finds its directory mounted (by its first run): check
 		// the directory only for a new request.
 		if !f.isReplay(ctx, op, req) {
 			if _, err := checkMountDir(abs); err != nil {
-				return AttemptView{}, fmt.Errorf("activate: %w", err)
+				return nil, fmt.Errorf("activate: %w", err)
 			}
 		}
 	}
-	ttl := time.Duration(req.TTLMillis) * time.Millisecond
-	if ttl == 0 {
-		ttl = DefaultLeaseTTL
+	act.ttl = time.Duration(req.TTLMillis) * time.Millisecond
+	if act.ttl == 0 {
+		act.ttl = DefaultLeaseTTL
 	}
-	if f.quota.maxMem > 0 && mem > f.quota.maxMem {
-		return AttemptView{}, fmt.Errorf("activate: %d bytes of memory can never fit the daemon's %d: %w", mem, f.quota.maxMem, journal.ErrInvalidArgument)
+	if f.quota.maxMem > 0 && act.mem > f.quota.maxMem {
+		return nil, fmt.Errorf("activate: %d bytes of memory can never fit the daemon's %d: %w", act.mem, f.quota.maxMem, journal.ErrInvalidArgument)
 	}
-	disk := req.DiskBytes
+	act.disk = req.DiskBytes
 	switch {
-	case disk < 0:
-		return AttemptView{}, fmt.Errorf("activate: negative disk limit: %w", journal.ErrInvalidArgument)
-	case disk > 0 && f.opts.DefaultDiskBytes <= 0:
-		return AttemptView{}, fmt.Errorf("activate: this daemon does not limit disk use (esfd --default-disk): %w", journal.ErrUnsupported)
-	case disk > 0 && disk < minDisk:
-		return AttemptView{}, fmt.Errorf("activate: disk limit %d below the minimum of %d: %w", disk, minDisk, journal.ErrInvalidArgument)
-	case disk == 0:
-		disk = f.opts.DefaultDiskBytes
+	case act.disk < 0:
+		return nil, fmt.Errorf("activate: negative disk limit: %w", journal.ErrInvalidArgument)
+	case act.disk > 0 && f.opts.DefaultDiskBytes <= 0:
+		return nil, fmt.Errorf("activate: this daemon does not limit disk use (esfd --default-disk): %w", journal.ErrUnsupported)
+	case act.disk > 0 && act.disk < minDisk:
+		return nil, fmt.Errorf("activate: disk limit %d below the minimum of %d: %w", act.disk, minDisk, journal.ErrInvalidArgument)
+	case act.disk == 0:
+		act.disk = f.opts.DefaultDiskBytes
 	}
-	boot, err := delta.BootID()
-	if err != nil {
-		return AttemptView{}, fmt.Errorf("activate: %w", err)
+	var err error
+	if act.boot, err = delta.BootID(); err != nil {
+		return nil, fmt.Errorf("activate: %w", err)
 	}
-	admitted := f.quota.reserve(mem)
-	if !admitted && req.NoQueue {
+	act.req = req
+	return act, nil
+}
+
+// admit reserves the activation's memory if the quota lets it start now
+// (else it will queue, or is refused with NoQueue) and, for an admitted
+// one with the default root, starts mounting that root while the commit
+// flushes (see premount).
+func (f *Fabric) admit(ctx context.Context, act *activation) error {
+	act.admitted = f.quota.reserve(act.mem)
+	if !act.admitted && act.req.NoQueue {
 		live, _ := f.quota.counts()
-		return AttemptView{}, fmt.Errorf("activate: %w", quotaExceeded(live, f.quota.maxLive))
+		return fmt.Errorf("activate: %w", quotaExceeded(live, f.quota.maxLive))
 	}
-	// The default root is mounted while the commit flushes (see premount).
-	var pre *premount
-	if admitted && req.Root == "" {
-		pre = f.startPremount(ctx, req.NodeID, req.Executor, disk)
+	if act.admitted && act.req.Root == "" {
+		act.pre = f.startPremount(ctx, act.req.NodeID, act.req.Executor, act.disk)
 	}
-	err = f.mutate(ctx, op, req, &av, func(tx journal.Tx, ci CallInfo) (any, error) {
+	return nil
+}
+
+// commitActivation records the attempt (queued, or active with its lease)
+// and its runtime record in one journal commit, and returns the
+// committed view (or a replay's first one). It ends the early mount,
+// keeping it only for the attempt it was made for.
+func (f *Fabric) commitActivation(ctx context.Context, act *activation) (AttemptView, error) {
+	req := act.req
+	var av AttemptView
+	err := f.mutate(ctx, act.op, req, &av, func(tx journal.Tx, ci CallInfo) (any, error) {
 		n, err := journal.GetNode(tx, req.NodeID)
 		if err != nil {
 			return nil, err
@@ -208,8 +267,8 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 			}
 		}
 		var aid string
-		if pre != nil && pre.rootID == n.RootID {
-			aid = pre.attemptID
+		if act.pre != nil && act.pre.rootID == n.RootID {
+			aid = act.pre.attemptID
 		} else if aid, err = f.ids.New(journal.KindAttempt); err != nil {
 			return nil, err
 		}
@@ -223,11 +282,11 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		}
 		ev := a.Event(journal.EventAttemptCreated)
 		ev.RootID = n.RootID
-		if err := event(tx, ci, ev, map[string]any{"executor": req.Executor, "retry_of": req.RetryOf, "queued": !admitted}); err != nil {
+		if err := event(tx, ci, ev, map[string]any{"executor": req.Executor, "retry_of": req.RetryOf, "queued": !act.admitted}); err != nil {
 			return nil, err
 		}
-		if admitted {
-			if err := startInTx(tx, ci, f.ids, &a, ttl.Milliseconds()); err != nil {
+		if act.admitted {
+			if err := startInTx(tx, ci, f.ids, &a, act.ttl.Milliseconds()); err != nil {
 				return nil, err
 			}
 		}
@@ -237,9 +296,9 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		// it is done leaves an attempt that Recover can place. BootID: the
 		// mount happens in this boot (a queued attempt records its own
 		// when it starts).
-		d := rtData{TTLMillis: ttl.Milliseconds(), MemoryBytes: mem, DiskBytes: disk, Container: container, BaseRootID: n.RootID}
-		if admitted {
-			d.BootID = boot
+		d := rtData{TTLMillis: act.ttl.Milliseconds(), MemoryBytes: act.mem, DiskBytes: act.disk, Container: act.container, BaseRootID: n.RootID}
+		if act.admitted {
+			d.BootID = act.boot
 		}
 		l := f.layout(a, n.RootID, req.Root)
 		if err := journal.PutAttemptRuntime(tx, journal.AttemptRuntime{AttemptID: aid, Worker: f.worker,
@@ -256,46 +315,41 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		}
 		return v.portable(), nil
 	})
-	a := av.Attempt
-	if pre != nil {
+	if act.pre != nil {
 		// Keep the early mount only for the attempt it was made for: not
 		// for a failed commit, nor a replay's earlier attempt.
-		f.endPremount(pre, err == nil && a.AttemptID == pre.attemptID && a.State == journal.AttemptActive)
+		a := av.Attempt
+		f.endPremount(act.pre, err == nil && a.AttemptID == act.pre.attemptID && a.State == journal.AttemptActive)
 	}
-	if err != nil {
-		if admitted {
-			f.quota.unreserve(mem)
-		}
-		return AttemptView{}, err
-	}
-	// A replay returns the first result: act on the attempt as it is now,
-	// read under the attempt's lock, which a failure or release holds from
-	// its unmount to its commit: a replay racing one must not mount (or
-	// start a container in) an attempt that is ending. (Not even the
-	// early mount's attempt is sure to be current: a replay may have
-	// failed it already.)
+	return av, err
+}
+
+// bringUp acts on committed attempt a as it is now: it queues it, binds
+// its memory reservation, mounts its root (usually mounted already by the
+// early mount) and starts its container; a failure of the mount or the
+// container fails the attempt. A replay returns the first result, so the
+// attempt is read again, under its lock, which a failure or release holds
+// from its unmount to its commit: a replay racing one must not mount (or
+// start a container in) an attempt that is ending. (Not even the early
+// mount's attempt is sure to be current: a replay may have failed it
+// already.)
+func (f *Fabric) bringUp(ctx context.Context, act *activation, a journal.Attempt) (AttemptView, error) {
 	defer f.lockAttempt(a.AttemptID)()
 	cur, err := f.attemptView(ctx, a.AttemptID)
 	if err != nil {
-		if admitted {
-			f.quota.unreserve(mem)
-		}
+		act.unreserve(f)
 		return AttemptView{}, err
 	}
 	switch {
 	case cur.State == journal.AttemptQueued:
-		if admitted {
-			f.quota.unreserve(mem)
-		}
-		f.quota.enqueue(cur.AttemptID, mem)
+		act.unreserve(f)
+		f.quota.enqueue(cur.AttemptID, act.mem)
 		return cur, nil
 	case !cur.State.Live():
-		if admitted {
-			f.quota.unreserve(mem)
-		}
+		act.unreserve(f)
 		return cur, nil
-	case admitted:
-		f.quota.bind(cur.AttemptID, mem)
+	case act.admitted:
+		f.quota.bind(cur.AttemptID, act.mem)
 	}
 	a = cur.Attempt
 	// Usually mounted already (premount); otherwise (a custom root, a
@@ -306,12 +360,11 @@ func (f *Fabric) activate(ctx context.Context, op string, req ActivateRequest) (
 		f.failAttemptLocked(context.WithoutCancel(ctx), a.AttemptID, err)
 		return AttemptView{}, fmt.Errorf("activate: %w", err)
 	}
-	base := d.BaseRootID
 	var recorded bool
-	if base != "" {
-		recorded, err = f.mountDelta(ctx, a, base, cur.Runtime, req.Root)
+	if d.BaseRootID != "" {
+		recorded, err = f.mountDelta(ctx, a, d.BaseRootID, cur.Runtime, act.req.Root)
 	} else {
-		err = f.ensureMounted(ctx, a, req.Root)
+		err = f.ensureMounted(ctx, a, act.req.Root)
 	}
 	if err != nil {
 		f.failAttemptLocked(context.WithoutCancel(ctx), a.AttemptID, err)

@@ -61,168 +61,248 @@ type SuspendResult struct {
 // and a one-file seal costs one journal commit: a crash after the unmount
 // leaves an active attempt whose delta Recover mounts again.
 func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult, error) {
-	var res SuspendResult
 	if err := journal.CheckID(journal.KindAttempt, req.AttemptID); err != nil {
-		return res, fmt.Errorf("suspend: %w", err)
+		return SuspendResult{}, fmt.Errorf("suspend: %w", err)
 	}
 	if err := checkJSON("logical_state", req.LogicalState); err != nil {
-		return res, err
+		return SuspendResult{}, err
 	}
 	ci := f.callInfo(ctx)
 	ctx = WithCallInfo(ctx, ci) // one key for the whole operation
-	// A replay returns the first result without sealing again.
+	s, replay, err := f.readSeal(ctx, ci, req)
+	if err != nil {
+		return SuspendResult{}, err
+	}
+	if replay != nil {
+		// A replay returns the first result without sealing again, and
+		// finishes what the first run may have left.
+		return *replay, f.finishSuspend(ctx, replay, req.KeepRunning, replay.Attempt.Executor == ExecutorRunc)
+	}
+	if !f.claimSeal(s.a.AttemptID) {
+		return SuspendResult{}, fmt.Errorf("suspend: attempt %s is sealing: %w", s.a.AttemptID, journal.ErrFailedPrecondition)
+	}
+	defer f.unclaimSeal(s.a.AttemptID)
+	// A GC session: what the seal stores or re-uses, and the base, stay
+	// until the node that names them is committed.
+	leave := f.store.Enter(s.baseID)
+	defer leave()
+	ctx = f.remoteSession(ctx)
+	if err := f.quiesce(ctx, s); err != nil {
+		return SuspendResult{}, err
+	}
+	thaw, err := f.freezeForSeal(ctx, s)
+	if err != nil {
+		s.unquiesce(ctx, f)
+		return SuspendResult{}, err
+	}
+	defer thaw()
+	start := time.Now()
+	sealed, err := f.sealUpper(ctx, s)
+	if err == nil {
+		err = f.releaseBeforeCommit(s)
+	}
+	if err == nil {
+		err = f.mutate(ctx, OpSuspend, req, &s.res, func(tx journal.Tx, ci CallInfo) (any, error) {
+			return commitSeal(tx, ci, f.ids, req, s.from, s.release, sealed.Root.String(), s.env())
+		})
+	}
+	if err != nil {
+		f.abortSeal(ctx, s)
+		return SuspendResult{}, fmt.Errorf("suspend: %w", err)
+	}
+	f.log.Info("sealed", "attempt_id", s.a.AttemptID, "node_id", s.res.Node.NodeID, "root_id", s.res.Node.RootID,
+		"files", sealed.Files, "new_objects", sealed.NewObjects, "ms", time.Since(start).Milliseconds())
+	if s.release {
+		// Released in the commit: what the result says is current.
+		f.deleteDelta(s.a.AttemptID)
+		s.unlockAttempt()
+		f.attemptEnded(ctx, s.a.AttemptID)
+		return s.res, nil
+	}
+	s.unlockAttempt()
+	return s.res, f.finishSuspend(ctx, &s.res, req.KeepRunning, s.a.Executor == ExecutorRunc)
+}
+
+// sealOp is one Suspend as it passes through its phases: readSeal finds
+// the attempt, its base root and runtime record; quiesce stops it being
+// active; freezeForSeal stops its container; sealUpper stores the upper
+// directory as a tree over the base; releaseBeforeCommit unmounts an
+// attempt that is released with the seal; the commit publishes it all, or
+// abortSeal puts the attempt back.
+type sealOp struct {
+	req    SuspendRequest
+	ci     CallInfo
+	a      *AttemptView
+	base   string // the attempt's base root (the overlay's lower)
+	baseID cas.ID
+	d      rtData
+	// from is the state the commit moves the attempt from: quiescing, or
+	// active for one quiesced only in memory (no executor).
+	from journal.AttemptState
+	// release: the attempt was unmounted to be released in the seal's
+	// commit. unlockAttempt ends the attempt lock held from that unmount
+	// to the commit (or the mount again); a no-op when not held.
+	release       bool
+	unlockAttempt func()
+	res           SuspendResult
+}
+
+// readSeal reads what a seal of req.AttemptID needs and checks that the
+// attempt can be sealed; on a replay of the call's key it returns the
+// first result instead.
+func (f *Fabric) readSeal(ctx context.Context, ci CallInfo, req SuspendRequest) (*sealOp, *SuspendResult, error) {
+	s := &sealOp{req: req, ci: ci, unlockAttempt: func() {}}
 	var prev []byte
-	var a *AttemptView
-	var base string
 	err := f.journal.View(ctx, func(r journal.Reader) error {
-		b, found, err := journal.CheckIdempotency(r, ci.IdempotencyKey, OpSuspend, req)
+		b, found, err := journal.CheckIdempotency(r, s.ci.IdempotencyKey, OpSuspend, req)
 		if err != nil || found {
 			prev = b
 			return err
 		}
-		if a, err = attemptView(r, req.AttemptID); err != nil {
+		if s.a, err = attemptView(r, req.AttemptID); err != nil {
 			return err
 		}
-		n, err := journal.GetNode(r, a.NodeID)
+		n, err := journal.GetNode(r, s.a.NodeID)
 		if err != nil {
 			return err
 		}
-		if a.Runtime != nil {
-			base, err = baseRoot(n, a.Runtime)
+		if s.a.Runtime != nil {
+			s.base, err = baseRoot(n, s.a.Runtime)
 		}
 		return err
 	})
 	if err != nil {
-		return res, fmt.Errorf("suspend: %w", err)
+		return nil, nil, fmt.Errorf("suspend: %w", err)
 	}
 	if prev != nil {
+		var res SuspendResult
 		if err := json.Unmarshal(prev, &res); err != nil {
-			return res, err
+			return nil, nil, err
 		}
-		return res, f.finishSuspend(ctx, &res, req.KeepRunning, res.Attempt.Executor == ExecutorRunc)
+		return nil, &res, nil
 	}
+	a := s.a
 	if a.Lease != nil && req.Token != 0 && req.Token != a.Lease.Token {
-		return res, staleToken(a.AttemptID, req.Token, a.Lease.Token)
+		return nil, nil, staleToken(a.AttemptID, req.Token, a.Lease.Token)
 	}
 	if a.State != journal.AttemptActive || a.Runtime == nil {
-		return res, fmt.Errorf("suspend: attempt %s is %s: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
+		return nil, nil, fmt.Errorf("suspend: attempt %s is %s: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
 	}
-	baseID, err := cas.ParseID(base)
-	if err != nil {
-		return res, err
+	if s.baseID, err = cas.ParseID(s.base); err != nil {
+		return nil, nil, err
 	}
-	if !f.claimSeal(a.AttemptID) {
-		return res, fmt.Errorf("suspend: attempt %s is sealing: %w", a.AttemptID, journal.ErrFailedPrecondition)
+	if s.d, err = runtimeData(a.Runtime); err != nil {
+		return nil, nil, fmt.Errorf("suspend: %w", err)
 	}
-	defer f.unclaimSeal(a.AttemptID)
-	// A GC session: what the seal stores or re-uses, and the base, stay
-	// until the node that names them is committed.
-	leave := f.store.Enter(baseID)
-	defer leave()
-	ctx = f.remoteSession(ctx)
+	return s, nil, nil
+}
 
-	// Quiesce: the attempt stops being active before anything is read.
-	from := journal.AttemptActive
-	if a.Executor != ExecutorNone {
-		if err := f.setAttemptState(ctx, ci, a.AttemptID, journal.AttemptActive, journal.AttemptQuiescing); err != nil {
-			return res, fmt.Errorf("suspend: %w", err)
+// quiesce makes the attempt stop being active before anything is read:
+// in the journal for one that can run work (exec then refuses it), in
+// memory (the seal claim) for one without an executor.
+func (f *Fabric) quiesce(ctx context.Context, s *sealOp) error {
+	s.from = journal.AttemptActive
+	if s.a.Executor != ExecutorNone {
+		if err := f.setAttemptState(ctx, s.ci, s.a.AttemptID, journal.AttemptActive, journal.AttemptQuiescing); err != nil {
+			return fmt.Errorf("suspend: %w", err)
 		}
-		from = journal.AttemptQuiescing
+		s.from = journal.AttemptQuiescing
 	}
-	// unquiesce puts the attempt back as it was after a failed seal.
-	unquiesce := func() {
-		if from != journal.AttemptQuiescing {
-			return
+	return failpoint.Inject(fpSealQuiesced)
+}
+
+// unquiesce puts the attempt back as it was after a failed seal.
+func (s *sealOp) unquiesce(ctx context.Context, f *Fabric) {
+	if s.from != journal.AttemptQuiescing {
+		return
+	}
+	if err := f.setAttemptState(context.WithoutCancel(ctx), s.ci, s.a.AttemptID, journal.AttemptQuiescing, journal.AttemptActive); err != nil {
+		f.log.Error("roll back quiesce", "attempt_id", s.a.AttemptID, "err", err)
+	}
+}
+
+// freezeForSeal stops a container's processes for the seal, so the delta
+// no longer changes under the walk (a consistent checkpoint of a live
+// sandbox). thaw lets a container that is still paused run again: one
+// that keeps running, or goes on after a failed seal (a released one was
+// stopped instead).
+func (f *Fabric) freezeForSeal(ctx context.Context, s *sealOp) (thaw func(), err error) {
+	if s.a.Executor != ExecutorRunc || f.exec == nil {
+		return func() {}, nil
+	}
+	id := s.a.AttemptID
+	if err := f.exec.Freeze(ctx, id); err != nil {
+		return nil, fmt.Errorf("suspend: freeze: %w", err)
+	}
+	return func() {
+		if info, err := f.exec.State(context.WithoutCancel(ctx), id); err == nil && info.Status == executor.StatusPaused {
+			if err := f.exec.Thaw(context.WithoutCancel(ctx), id); err != nil {
+				f.log.Error("thaw after seal", "attempt_id", id, "err", err)
+			}
 		}
-		if err := f.setAttemptState(context.WithoutCancel(ctx), ci, a.AttemptID, journal.AttemptQuiescing, journal.AttemptActive); err != nil {
-			f.log.Error("roll back quiesce", "attempt_id", a.AttemptID, "err", err)
-		}
-	}
-	if err := failpoint.Inject(fpSealQuiesced); err != nil {
-		return res, err
-	}
-	// A container's processes stop for the seal: the delta no longer
-	// changes under the walk (a consistent checkpoint of a live sandbox).
-	d, err := runtimeData(a.Runtime)
-	if err != nil {
-		unquiesce()
-		return res, fmt.Errorf("suspend: %w", err)
-	}
+	}, nil
+}
+
+// sealUpper stores the attempt's upper directory as a tree over its base,
+// skipping a container's footprint.
+func (f *Fabric) sealUpper(ctx context.Context, s *sealOp) (ingest.Result, error) {
 	var exclude []string
-	if a.Executor == ExecutorRunc && f.exec != nil {
+	if s.a.Executor == ExecutorRunc && f.exec != nil {
 		exclude = executor.Footprint()
-		if err := f.exec.Freeze(ctx, a.AttemptID); err != nil {
-			unquiesce()
-			return res, fmt.Errorf("suspend: freeze: %w", err)
-		}
-		defer func() {
-			// Thaw a container that keeps running, or that goes on after a
-			// failed seal; a released one was stopped instead.
-			if info, err := f.exec.State(context.WithoutCancel(ctx), a.AttemptID); err == nil && info.Status == executor.StatusPaused {
-				if err := f.exec.Thaw(context.WithoutCancel(ctx), a.AttemptID); err != nil {
-					f.log.Error("thaw after seal", "attempt_id", a.AttemptID, "err", err)
-				}
-			}
-		}()
 	}
-	env, _ := json.Marshal(map[string]any{"executor": a.Executor, "container": d.Container.provenance(), "base_root_id": base})
-	start := time.Now()
-	sealed, err := ingest.Upper(ctx, f.store, baseID, delta.Layout{Dir: a.Runtime.PrivateDelta}.Upper(),
+	sealed, err := ingest.Upper(ctx, f.store, s.baseID, delta.Layout{Dir: s.a.Runtime.PrivateDelta}.Upper(),
 		ingest.Options{Logger: f.log, Exclude: exclude})
-	if err == nil {
-		f.returnMemory(sealed.Stats)
-		err = failpoint.Inject(fpSealWritten)
-	}
-	// Release with the seal: unmount now, while a failed commit can still
-	// mount the delta again. A busy root (a shell inside it) is released
-	// after the commit instead, as a runc attempt's is (its container must
-	// stop first, which cannot be undone).
-	release := false
-	// From the unmount to the commit (or the mount again), an activation
-	// replay must not mount this attempt: hold its lock (lockAttempt).
-	unlockAttempt := func() {}
-	if err == nil && !req.KeepRunning && a.Executor == ExecutorNone {
-		unlockAttempt = f.lockAttempt(a.AttemptID)
-		if err = failpoint.Inject(fpSealReleased); err == nil {
-			if uerr := f.unmountAttempt(a.Attempt, a.Runtime); uerr == nil {
-				release = true
-			} else {
-				f.log.Info("seal: root busy, releasing after the commit", "attempt_id", a.AttemptID, "err", uerr)
-			}
-		}
-	}
-	if err == nil {
-		err = f.mutate(ctx, OpSuspend, req, &res, func(tx journal.Tx, ci CallInfo) (any, error) {
-			return commitSeal(tx, ci, f.ids, req, from, release, sealed.Root.String(), env)
-		})
-	}
 	if err != nil {
-		// Nothing was published: the attempt goes back to active with its
-		// delta intact (mounted again if the release unmounted it), so the
-		// caller can retry the seal.
-		// (An error after the commit point leaves it released: a replay
-		// returns the result.)
-		if v, verr := f.attemptView(context.WithoutCancel(ctx), a.AttemptID); release && verr == nil && v.State == journal.AttemptActive {
-			if merr := f.ensureMounted(context.WithoutCancel(ctx), a.Attempt, ""); merr != nil {
-				f.log.Error("mount again after a failed seal", "attempt_id", a.AttemptID, "err", merr)
-				f.failAttemptLocked(context.WithoutCancel(ctx), a.AttemptID, merr)
-			}
+		return sealed, err
+	}
+	f.returnMemory(sealed.Stats)
+	return sealed, failpoint.Inject(fpSealWritten)
+}
+
+// env is the seal's provenance of the environment the tree was made in.
+func (s *sealOp) env() json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"executor": s.a.Executor, "container": s.d.Container.provenance(), "base_root_id": s.base})
+	return b
+}
+
+// releaseBeforeCommit unmounts an attempt without an executor that is
+// released with the seal now, while a failed commit can still mount the
+// delta again, so the release joins the seal's commit. A busy root (a
+// shell inside it) is released after the commit instead, as a runc
+// attempt's is (its container must stop first, which cannot be undone).
+// From the unmount to the commit (or the mount again), an activation
+// replay must not mount this attempt: the attempt's lock is held
+// (s.unlockAttempt).
+func (f *Fabric) releaseBeforeCommit(s *sealOp) error {
+	if s.req.KeepRunning || s.a.Executor != ExecutorNone {
+		return nil
+	}
+	s.unlockAttempt = f.lockAttempt(s.a.AttemptID)
+	if err := failpoint.Inject(fpSealReleased); err != nil {
+		return err
+	}
+	if err := f.unmountAttempt(s.a.Attempt, s.a.Runtime); err != nil {
+		f.log.Info("seal: root busy, releasing after the commit", "attempt_id", s.a.AttemptID, "err", err)
+		return nil
+	}
+	s.release = true
+	return nil
+}
+
+// abortSeal undoes a seal that published nothing: the attempt goes back to
+// active with its delta intact (mounted again if the release unmounted
+// it), so the caller can retry the seal. (An error after the commit point
+// leaves it released: a replay returns the result.)
+func (f *Fabric) abortSeal(ctx context.Context, s *sealOp) {
+	ctx = context.WithoutCancel(ctx)
+	if v, verr := f.attemptView(ctx, s.a.AttemptID); s.release && verr == nil && v.State == journal.AttemptActive {
+		if merr := f.ensureMounted(ctx, s.a.Attempt, ""); merr != nil {
+			f.log.Error("mount again after a failed seal", "attempt_id", s.a.AttemptID, "err", merr)
+			f.failAttemptLocked(ctx, s.a.AttemptID, merr)
 		}
-		unlockAttempt()
-		unquiesce()
-		return SuspendResult{}, fmt.Errorf("suspend: %w", err)
 	}
-	f.log.Info("sealed", "attempt_id", a.AttemptID, "node_id", res.Node.NodeID, "root_id", res.Node.RootID,
-		"files", sealed.Files, "new_objects", sealed.NewObjects, "ms", time.Since(start).Milliseconds())
-	if release {
-		// Released in the commit: what the result says is current.
-		f.deleteDelta(a.AttemptID)
-		unlockAttempt()
-		f.attemptEnded(ctx, a.AttemptID)
-		return res, nil
-	}
-	unlockAttempt()
-	return res, f.finishSuspend(ctx, &res, req.KeepRunning, a.Executor == ExecutorRunc)
+	s.unlockAttempt()
+	s.unquiesce(ctx, f)
 }
 
 // claimSeal marks attempt id as being sealed by this process; false if it
