@@ -38,6 +38,9 @@ type Harness struct {
 	// Limits says the implementation enforces Spec.Limits (the pids
 	// limit is checked: fork fails past it).
 	Limits bool
+	// TTY says the implementation gives execs terminals (ExecSpec.TTY);
+	// without, a TTY exec must be refused as unsupported.
+	TTY bool
 	// CheckClean, if set, runs when a subtest has stopped its containers:
 	// it fails t if the implementation left anything behind (processes,
 	// state files, cgroups, goroutines).
@@ -65,6 +68,7 @@ func Run(t *testing.T, h Harness) {
 		{"FreezeThaw", testFreezeThaw},
 		{"ConcurrentExecs", testConcurrentExecs},
 		{"Limits", testLimits},
+		{"TTY", testTTY},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &suite{t: t, h: h, e: h.New(t)}
@@ -534,6 +538,42 @@ func testLimits(t *testing.T, s *suite) {
 	r := s.run(ctx(t), "lim", executor.ExecSpec{}, "sh", "-c", `i=0; while [ $i -lt 40 ]; do sleep 1000 >/dev/null 2>&1 & i=$((i+1)); done; echo spawned`)
 	if !strings.Contains(r.stdout+r.stderr, "fork") {
 		t.Fatalf("40 processes under a limit of %d: code %d err %v stdout %q stderr %q", executor.MinPids, r.code, r.err, r.stdout, r.stderr)
+	}
+}
+
+func testTTY(t *testing.T, s *suite) {
+	s.start("tty", executor.Spec{})
+	var out Buffer
+	x := executor.ExecSpec{Args: []string{"sh"}, TTY: true, Stdin: true, Stdout: &out, Size: executor.WinSize{Rows: 30, Cols: 90}}
+	p, err := s.e.Exec(ctx(t), "tty", x)
+	if !s.h.TTY {
+		if err == nil {
+			p.Wait()
+		}
+		if !errors.Is(err, executor.ErrUnsupported) {
+			t.Fatalf("tty exec without terminals: %v, want unsupported", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(p.Stdin(), "test -t 0 && test -t 1 && echo isatty; stty size\n")
+	out.WaitFor(t, "30 90")
+	if !strings.Contains(out.String(), "isatty") {
+		t.Errorf("no terminal: %q", out.String())
+	}
+	if err := p.Resize(executor.WinSize{Rows: 40, Cols: 100}); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(p.Stdin(), "stty size\n")
+	out.WaitFor(t, "40 100")
+	io.WriteString(p.Stdin(), "exit 7\n")
+	if code, err := waitWithin(t, p); code != 7 || err != nil {
+		t.Fatalf("interactive shell: %d %v; output %q", code, err, out.String())
+	}
+	if err := p.Resize(executor.WinSize{Rows: 1, Cols: 1}); !errors.Is(err, executor.ErrFailedPrecondition) {
+		t.Fatalf("resize after Wait: %v", err)
 	}
 }
 

@@ -36,5 +36,6 @@ func TestConformance(t *testing.T) {
 			return dir
 		},
 		Limits: true,
+		TTY:    true,
 	})
 }
