@@ -13,6 +13,7 @@ import (
 	casmem "github.com/esf-dev/esf/cas/mem"
 	"github.com/esf-dev/esf/cas/s3"
 	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/executor/fake"
 	"github.com/esf-dev/esf/journal"
 	journalmem "github.com/esf-dev/esf/journal/mem"
@@ -117,5 +118,54 @@ func TestCorruptRuntimeRecord(t *testing.T) {
 	// Releasing it is still possible: it needs nothing the record holds.
 	if _, err := f.Release(ctx, ReleaseRequest{AttemptID: aid}); err != nil {
 		t.Errorf("release: %v", err)
+	}
+}
+
+// TestContainerAttemptOnFakeExecutor: fabric's container orchestration
+// (start on activation, exec with its timeout, freeze for the seal, stop
+// on release) over the fake executor: real mounts, no runc. What the
+// command wrote in the root is in the sealed node.
+func TestContainerAttemptOnFakeExecutor(t *testing.T) {
+	requireMounts(t)
+	f := openFakes(t, Options{})
+	ex := f.exec.(*fake.Executor)
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	kids, err := f.Fork(ctx, ForkRequest{NodeID: g.Node.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: kids.Nodes[0].NodeID, Executor: ExecutorRunc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := ex.State(ctx, a.AttemptID); err != nil || info.Status != executor.StatusRunning || info.Rootfs != a.Root {
+		t.Fatalf("container of the attempt: %+v %v (root %s)", info, err, a.Root)
+	}
+	// The fake runs host processes with their working directory in the
+	// root: relative paths are the sandbox's.
+	if out, errb, code := run(t, f, a.AttemptID, "sh", "-c", "cat a; echo made > made.txt"); out != "1" || code != 0 {
+		t.Fatalf("exec: %q %q %d", out, errb, code)
+	}
+	_, err = f.Exec(ctx, ExecRequest{AttemptID: a.AttemptID, Args: []string{"sleep", "1000"}, TimeoutMillis: 100}, ExecStreams{})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("exec past its timeout: %v, want deadline exceeded", err)
+	}
+	res, err := f.Suspend(ctx, SuspendRequest{AttemptID: a.AttemptID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempt.State != journal.AttemptReleased {
+		t.Fatalf("after the seal: %s, want released", res.Attempt.State)
+	}
+	if infos, _ := ex.List(ctx, ""); len(infos) != 0 || ex.Live() != 0 {
+		t.Fatalf("after the release: containers %+v, %d execs", infos, ex.Live())
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	if _, _, err := f.ExportDir(ctx, res.Node.RootID, out); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "made.txt")); err != nil || string(b) != "made\n" {
+		t.Fatalf("the sealed node's made.txt: %q %v", b, err)
 	}
 }
