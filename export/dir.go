@@ -302,13 +302,18 @@ func (x *dirExporter) file(dirfd int, e *cas.Entry, rel string) (err error) {
 			unix.Unlinkat(dirfd, tmp, 0)
 		}
 	}()
-	var w io.Writer = fdWriter(fd)
-	if len(e.Holes) > 0 {
-		w = &sparseWriter{fd: fd, holes: e.Holes}
-	}
-	n, err := copyBlob(x.ctx, x.g, e, w, x.buf, x.opts.Progress)
+	done, n, err := x.copyVerified(fd, e)
 	if err != nil {
 		return err
+	}
+	if !done {
+		var w io.Writer = fdWriter(fd)
+		if len(e.Holes) > 0 {
+			w = &sparseWriter{fd: fd, holes: e.Holes}
+		}
+		if n, err = copyBlob(x.ctx, x.g, e, w, x.buf, x.opts.Progress); err != nil {
+			return err
+		}
 	}
 	if len(e.Holes) > 0 {
 		if err := unix.Ftruncate(fd, n); err != nil {

@@ -78,7 +78,13 @@
 //
 // Content is streamed through one reusable buffer per export; a blob that
 // does not match its id (the Getter's reader ends in cas.ErrCorrupt) or its
-// entry's size fails the export with ErrCorrupt. Descriptors: one per
+// entry's size fails the export with ErrCorrupt. The exception is
+// Options.VerifiedFile: a dense file of at least 1 MiB whose blob the store
+// has already verified and not seen change since (cas/local.OpenVerified)
+// is copied by ToDir from the store's raw file in the kernel
+// (copy_file_range, which shares extents where the file system can: copy on
+// write, never an alias of the object), without hashing it again; its size
+// must still match the entry's. Descriptors: one per
 // directory level plus a few transient ones, so a deep tree needs depth fds.
 //
 // Concurrency: each call is sequential and uses only its own state; calls may

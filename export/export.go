@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/esf-dev/esf/cas"
@@ -31,6 +32,14 @@ type Options struct {
 	// counted in Stats.Dropped: a sandbox's output must not become a
 	// setuid-root binary or a world-writable disk on the host.
 	PreservePrivileged bool
+	// VerifiedFile, if set, returns an open file holding blob id raw that
+	// the store has verified (hashed to id) and that has not changed since,
+	// or nil; ToDir closes it. ToDir copies such a blob in the kernel
+	// (copy_file_range: extents shared where the file system can, an
+	// in-kernel copy elsewhere) instead of streaming and hashing it again;
+	// other blobs, and files with holes, stream through the Getter. ToTar
+	// does not use it. cas/local.Store.OpenVerified fits.
+	VerifiedFile func(id cas.ID) *os.File
 }
 
 func (o Options) withDefaults() Options {

@@ -27,6 +27,10 @@ type ExportOptions struct {
 // exportOptions merges the optional ExportOptions argument.
 func (f *Fabric) exportOptions(opts []ExportOptions) export.Options {
 	o := export.Options{Logger: f.log.With("op", "export")}
+	if f.local != nil {
+		// Large blobs this process has verified are copied in the kernel.
+		o.VerifiedFile = f.local.OpenVerified
+	}
 	for _, x := range opts {
 		o.PreservePrivileged = o.PreservePrivileged || x.PreservePrivileged
 	}

@@ -129,6 +129,9 @@ type batch struct {
 	// syncfs is called on it and reports errors since it was opened.
 	fd   int
 	objs map[cas.ID]uint64 // id -> temp file sequence number
+	// large maps the streamed objects of at least VerifyMin bytes to the
+	// inode of their temp file, to note them verified once linked.
+	large map[cas.ID]uint64
 	// open holds the descriptors of the temp files while the batch is
 	// small (sequence number -> fd); nil once it flushes with syncfs.
 	open map[uint64]int
@@ -198,6 +201,7 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 		}
 	}
 
+	var ino uint64 // of a large streamed object's temp file
 	seq := b.seq.Add(1)
 	name := b.tempPath(seq)
 	if eof {
@@ -225,6 +229,12 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 			return cas.Info{}, false, fmt.Errorf("batch put: %w", err)
 		}
 		info = cas.Info{ID: cas.IDFromHash(h), Size: size}
+		if size >= VerifyMin {
+			var st unix.Stat_t
+			if unix.Fstat(f.fd, &st) == nil {
+				ino = st.Ino
+			}
+		}
 	}
 	// Read-only before anything can publish it, and covered by Commit's
 	// flush like the data.
@@ -266,6 +276,12 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 		}
 	}
 	b.objs[info.ID] = seq
+	if ino != 0 {
+		if b.large == nil {
+			b.large = map[cas.ID]uint64{}
+		}
+		b.large[info.ID] = ino
+	}
 	kept = true
 	return info, true, nil
 }
@@ -526,6 +542,15 @@ func (b *batch) Commit(ctx context.Context) error {
 	return err
 }
 
+// hashedInode returns the inode of the temp file that large object id was
+// hashed into while written.
+func (b *batch) hashedInode(id cas.ID) (uint64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ino, ok := b.large[id]
+	return ino, ok
+}
+
 // publishLinks is step 3 of a batch flushed with syncfs: it links every flushed
 // temp file into place and queues its name for retirement; *done counts the
 // objects handled (the rest still have only a temp file).
@@ -542,6 +567,10 @@ func (b *batch) publishLinks(ctx context.Context, pending []pendingObject, done 
 		switch {
 		case err == nil:
 			linked[p.id] = append(linked[p.id], pub)
+			if ino, ok := b.hashedInode(p.id); ok {
+				// Hashed as written, and now the object's file.
+				s.notePublished(p.id, ino)
+			}
 		case errors.Is(err, fs.ErrExist):
 			// Stored meanwhile by another writer, durable already (under
 			// its own redo record if it is recent); ours is redundant.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/esf-dev/esf/cas"
@@ -75,6 +76,9 @@ type Store struct {
 	// place since the last syncfs: each is the object's redo record until
 	// a flush makes its link durable (see NewBatch).
 	retire map[cas.ID][]string
+	// verified maps large objects to the file identity they were last
+	// verified under (see verified.go).
+	verified map[cas.ID]fileKey
 }
 
 // pubPrefix starts the temp file names that name their object: a batch's
@@ -280,6 +284,9 @@ func (s *Store) Get(ctx context.Context, id cas.ID) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, objectError("get", id, err)
 	}
+	if fi, err := f.Stat(); err == nil && fi.Size() >= VerifyMin {
+		return &verifiedEnd{ReadCloser: cas.VerifyingReader(id, f), s: s, id: id, fi: fi}, nil
+	}
 	return cas.VerifyingReader(id, f), nil
 }
 
@@ -426,6 +433,7 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 		return cas.Info{}, false, fmt.Errorf("put: %w", err)
 	}
 	var info cas.Info
+	var written os.FileInfo // the temp file as hashed, for a large object
 	if eof {
 		// The whole object is in buf: if it is already stored, no file is
 		// ever created.
@@ -455,6 +463,7 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 			return cas.Info{}, false, fmt.Errorf("put: %w", err)
 		}
 		info = cas.Info{ID: cas.IDFromHash(h), Size: size}
+		written, _ = w.f.Stat()
 		// Known only now for a large object: skip the fsync if it is stored.
 		if done, err := s.existing(info.ID); err != nil {
 			return cas.Info{}, false, err
@@ -465,6 +474,12 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	created, err := s.commit(ctx, w, info.ID)
 	if err != nil {
 		return cas.Info{}, false, fmt.Errorf("put %s: %w", info.ID, err)
+	}
+	if created && written != nil {
+		// The file hashed while written is the object's.
+		if st, ok := written.Sys().(*syscall.Stat_t); ok {
+			s.notePublished(info.ID, st.Ino)
+		}
 	}
 	return info, created, nil
 }
