@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -172,6 +173,7 @@ func TestGraphEndpoints(t *testing.T) {
 	if tree.Nodes[0].Visits != 1 || tree.Nodes[0].Value != 0.75 {
 		t.Fatalf("backprop did not reach the root: %+v", tree.Nodes[0])
 	}
+	checkTreePassThrough(t, h, g.Group.GroupID)
 
 	// Promote: a stale generation is stale_generation; the right one moves it.
 	_, err = h.client.Promote(ctx, v1.PromoteRequest{GroupID: g.Group.GroupID, NodeID: root, ExpectedGeneration: 7}, client.CallOptions{})
@@ -428,5 +430,46 @@ func TestAttemptEndpoints(t *testing.T) {
 	}
 	if _, err := h.client.Umount(ctx, v1.UmountRequest{Dir: dir}, client.CallOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkTreePassThrough: GET /v1/tree passes the node records through as
+// stored (fabric.TreeRecords) and must answer exactly what decoding them
+// gave: the same v1.TreeResponse as fabric.Tree and LatestRewards, each
+// node byte for byte the JSON of its v1.Node.
+func checkTreePassThrough(t *testing.T, h *harness, groupID string) {
+	t.Helper()
+	ctx := context.Background()
+	var raw []byte
+	got, err := h.client.Tree(ctx, groupID, client.CallOptions{Raw: &raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tv, err := h.f.Tree(ctx, groupID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewards, err := h.f.LatestRewards(ctx, groupID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (v1.TreeResponse{TreeView: treeView(tv), Rewards: rewards}); !reflect.DeepEqual(*got, want) {
+		t.Fatalf("tree answer\n%+v\nwant\n%+v", got, want)
+	}
+	var nodes struct{ Nodes []json.RawMessage }
+	if err := json.Unmarshal(raw, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Nodes) != len(tv.Nodes) {
+		t.Fatalf("%d nodes, want %d", len(nodes.Nodes), len(tv.Nodes))
+	}
+	for i, n := range tv.Nodes {
+		want, err := json.Marshal(nodeView(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(nodes.Nodes[i], want) {
+			t.Errorf("node %d:\n%s\nwant\n%s", i, nodes.Nodes[i], want)
+		}
 	}
 }

@@ -219,3 +219,48 @@ func FuzzDecodeAttemptRuntime(f *testing.F) {
 	seedRecords(f, AttemptRuntime{AttemptID: "att_a", Worker: "w", PrivateDelta: "/x", Data: json.RawMessage(`[1]`)})
 	f.Fuzz(func(t *testing.T, b []byte) { fuzzDecode[AttemptRuntime](t, b) })
 }
+
+// mapReader is a Reader over a map, for the typed getters alone.
+type mapReader struct {
+	Reader
+	m map[string][]byte
+}
+
+func (r mapReader) Get(key []byte) ([]byte, error) {
+	b, ok := r.m[string(key)]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return b, nil
+}
+
+// TestGetNodeJSON: the stored record as it is (the JSON GetNode decodes),
+// ErrNotFound for an absent node, ErrCorrupt for bytes that are not a JSON
+// object, ErrInvalidArgument for a malformed id.
+func TestGetNodeJSON(t *testing.T) {
+	n := validNode()
+	rec, err := encode("node", &n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mapReader{m: map[string][]byte{
+		string(recordKey(prefixNode, n.NodeID)): rec,
+		string(recordKey(prefixNode, "node_b")): []byte(`{"node_id":`),
+		string(recordKey(prefixNode, "node_c")): []byte(`[]`),
+	}}
+	got, err := GetNodeJSON(r, n.NodeID)
+	if err != nil || !bytes.Equal(got, rec) {
+		t.Fatalf("GetNodeJSON = %s, %v; want %s", got, err, rec)
+	}
+	if _, err := GetNodeJSON(r, "node_d"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("absent node: %v", err)
+	}
+	for _, id := range []string{"node_b", "node_c"} {
+		if _, err := GetNodeJSON(r, id); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", id, err)
+		}
+	}
+	if _, err := GetNodeJSON(r, "grp_a"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("group id: %v, want ErrInvalidArgument", err)
+	}
+}

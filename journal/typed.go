@@ -205,6 +205,29 @@ func GetNode(r Reader, id string) (Node, error) {
 	return n, err
 }
 
+// GetNodeJSON reads a node's record as stored: the JSON of Node (records
+// are encoded by encode, and a change of that encoding is a SchemaVersion
+// change), checked only for being JSON. It is for answers that list many
+// nodes as they are (the tree of a 10,000-node group): decoding each
+// record only to encode it again was most of their cost. Anything that
+// acts on a node uses GetNode.
+func GetNodeJSON(r Reader, id string) (json.RawMessage, error) {
+	if err := CheckID(KindNode, id); err != nil {
+		return nil, err
+	}
+	b, err := r.Get(recordKey(prefixNode, id))
+	if errors.Is(err, ErrNotFound) {
+		return nil, fmt.Errorf("node %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", id, err)
+	}
+	if !json.Valid(b) || len(b) == 0 || b[0] != '{' {
+		return nil, fmt.Errorf("decode node %s: not a JSON object: %w", id, ErrCorrupt)
+	}
+	return b, nil
+}
+
 // CreateNode stores a new node (ErrExists if its id is taken) and its
 // parentage and group index keys. Its group and every parent must exist
 // (ErrNotFound), and the parents must belong to the same group
