@@ -456,6 +456,12 @@ func checkTreePassThrough(t *testing.T, h *harness, groupID string) {
 	if want := (v1.TreeResponse{TreeView: treeView(tv), Rewards: rewards}); !reflect.DeepEqual(*got, want) {
 		t.Fatalf("tree answer\n%+v\nwant\n%+v", got, want)
 	}
+	// RawOnly: the same bytes, nothing decoded.
+	var only []byte
+	zero, err := h.client.Tree(ctx, groupID, client.CallOptions{Raw: &only, RawOnly: true})
+	if err != nil || !bytes.Equal(only, raw) || zero.Group.GroupID != "" || zero.Nodes != nil {
+		t.Fatalf("RawOnly: %v, %d bytes (want %d), result %+v", err, len(only), len(raw), zero)
+	}
 	var nodes struct{ Nodes []json.RawMessage }
 	if err := json.Unmarshal(raw, &nodes); err != nil {
 		t.Fatal(err)

@@ -281,7 +281,7 @@ func (s *Server) groups(w http.ResponseWriter, r *http.Request) {
 // raw passes the daemon's JSON answer through as it came.
 func raw(w http.ResponseWriter, call func(client.CallOptions) error) {
 	var b []byte
-	if err := call(client.CallOptions{Raw: &b}); err != nil {
+	if err := call(client.CallOptions{Raw: &b, RawOnly: true}); err != nil {
 		writeErr(w, err)
 		return
 	}

@@ -138,6 +138,12 @@ type CallOptions struct {
 	// Raw, if not nil, receives the body of a successful JSON response
 	// exactly as the daemon sent it (esfctl -o json prints it).
 	Raw *[]byte
+	// RawOnly, with Raw, leaves the result zero instead of decoding the
+	// body into it, for a caller that only passes the bytes on (the web
+	// view's server: decoding a 10,000-node tree it never reads cost it
+	// a good part of the tree's fetch, issue 23). The body is still
+	// checked to be JSON.
+	RawOnly bool
 }
 
 // base is the URL every request on the unix socket goes to; the host is
@@ -241,8 +247,15 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any, opt
 		if err != nil {
 			return c.transportError(ctx, err)
 		}
-		if err := json.Unmarshal(b, out); err != nil {
-			return &errdefs.Error{Code: errdefs.CodeInternal, Message: fmt.Sprintf("esfd: decode response: %v", err)}
+		switch {
+		case opt.RawOnly:
+			if !json.Valid(b) {
+				return &errdefs.Error{Code: errdefs.CodeInternal, Message: "esfd: decode response: not JSON"}
+			}
+		default:
+			if err := json.Unmarshal(b, out); err != nil {
+				return &errdefs.Error{Code: errdefs.CodeInternal, Message: fmt.Sprintf("esfd: decode response: %v", err)}
+			}
 		}
 		*opt.Raw = b
 		return nil
