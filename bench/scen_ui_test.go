@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/chromedp/chromedp"
@@ -101,9 +102,17 @@ func benchUI(ctx context.Context, e *bench.Env) error {
 			return err
 		}
 		wctx, cancel := context.WithTimeout(bctx, 5*time.Minute)
-		raw, err := chromedp.Run(wctx, chromedp.Poll[string](fmt.Sprintf(
-			`window.esfUI && esfUI.lastRender()?.nodes === %d && JSON.stringify(esfUI.lastRender())`, uiNodes),
-			chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(5*time.Minute)))
+		var raw string
+		for {
+			raw, err = chromedp.Run(wctx, chromedp.Poll[string](fmt.Sprintf(
+				`window.esfUI && esfUI.lastRender()?.nodes === %d && JSON.stringify(esfUI.lastRender())`, uiNodes),
+				chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(5*time.Minute)))
+			// A poll that started while the page was still replacing
+			// about:blank loses its execution context; poll the new one.
+			if err == nil || !strings.Contains(err.Error(), "Cannot find context with specified id") || wctx.Err() != nil {
+				break
+			}
+		}
 		cancel()
 		if err != nil {
 			return fmt.Errorf("render %d: %w", i, err)
