@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -337,6 +338,12 @@ func (a *app) callOptions(cmd *cli.Command) client.CallOptions {
 
 // printRaw writes a JSON response body as the daemon sent it.
 func (a *app) printRaw(b []byte) error {
+	// esfd may answer compactly (the tree of a large group does); people
+	// read -o json too, so it is printed indented like every other record.
+	var ind bytes.Buffer
+	if json.Indent(&ind, b, "", "  ") == nil {
+		b = ind.Bytes()
+	}
 	if _, err := a.stdout.Write(b); err != nil {
 		return err
 	}
