@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
-	"io/fs"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -98,7 +97,7 @@ func entryAt(dirfd int, name, p string, shift uint32) (*envdwire.EntryInfo, erro
 	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, err
 	}
-	mode := fileMode(st.Mode)
+	mode := rootfs.FileMode(st.Mode)
 	e := &envdwire.EntryInfo{Name: path.Base(p), Path: p, Size: envdwire.Int64(st.Size), Mode: uint32(mode.Perm()),
 		Permissions: mode.String(), Owner: idName(st.Uid, shift), Group: idName(st.Gid, shift)}
 	if p == "/" {
@@ -132,34 +131,6 @@ func idName(id, shift uint32) string {
 		return "root"
 	}
 	return strconv.FormatUint(uint64(id), 10)
-}
-
-func fileMode(m uint32) fs.FileMode {
-	mode := fs.FileMode(m & 0o777)
-	switch m & unix.S_IFMT {
-	case unix.S_IFDIR:
-		mode |= fs.ModeDir
-	case unix.S_IFLNK:
-		mode |= fs.ModeSymlink
-	case unix.S_IFIFO:
-		mode |= fs.ModeNamedPipe
-	case unix.S_IFSOCK:
-		mode |= fs.ModeSocket
-	case unix.S_IFCHR:
-		mode |= fs.ModeDevice | fs.ModeCharDevice
-	case unix.S_IFBLK:
-		mode |= fs.ModeDevice
-	}
-	if m&unix.S_ISUID != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if m&unix.S_ISGID != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if m&unix.S_ISVTX != 0 {
-		mode |= fs.ModeSticky
-	}
-	return mode
 }
 
 // entry describes p inside r.
