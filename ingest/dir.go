@@ -515,7 +515,7 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 	// collection the object is used, and re-read if the store lost it.
 	cache := d.statCache()
 	if typ == unix.S_IFREG {
-		if id, xs, ok := cache.lookup(d.abs(j.rel), &st); ok {
+		if id, xs, ok := cache.lookup(&st); ok {
 			has, err := d.st.Has(ctx, id)
 			if err != nil {
 				return r, fmt.Errorf("import %s: %w", p, err)
@@ -547,7 +547,7 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 		}
 		r.bytes = e.Size
 		if len(e.Holes) == 0 && e.Size == st.Size {
-			cache.remember(d.abs(j.rel), &st, e.ID, e.Xattrs, start)
+			cache.remember(&st, e.ID, e.Xattrs, start)
 		}
 	case unix.S_IFLNK:
 		e.Type = cas.TypeSymlink

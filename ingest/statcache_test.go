@@ -187,3 +187,20 @@ func TestStatCacheSeesXattrChanges(t *testing.T) {
 		t.Fatalf("after setting an xattr: root %s, want %s", got.Root.Short(), want.Root.Short())
 	}
 }
+
+// A full cache forgets a file for each new one: it stays at its bound, and
+// what it still remembers is still right (a re-import gives the same root).
+func TestStatCacheStaysWithinItsBound(t *testing.T) {
+	st := newStore()
+	dir := statCacheTree(t)
+	cache := laterCache()
+	cache.max = 2
+	first, _ := importCounting(t, st, dir, cache)
+	if n := cache.Len(); n != 2 {
+		t.Fatalf("a cache of 2 files remembers %d", n)
+	}
+	again, _ := importCounting(t, st, dir, cache)
+	if again.Root != first.Root || cache.Len() != 2 {
+		t.Fatalf("re-import: root %s (first %s), %d remembered", again.Root.Short(), first.Root.Short(), cache.Len())
+	}
+}
