@@ -88,6 +88,7 @@ func attemptRecord(a journal.Attempt) v1.Attempt {
 		RetryOf:      a.RetryOf,
 		ResultNodeID: a.ResultNodeID,
 		Error:        a.Error,
+		Labels:       a.Labels,
 		CreatedAt:    a.CreatedAt,
 		UpdatedAt:    a.UpdatedAt,
 	}

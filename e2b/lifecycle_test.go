@@ -2,10 +2,15 @@ package e2b
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/esf-dev/esf/fabric"
 )
 
 // TestPauseResumeForkSnapshot: pause seals (state paused, 409 twice,
@@ -140,5 +145,51 @@ func TestAutoPause(t *testing.T) {
 	}
 	if out := h.envd(rep).sh(t, "cat /home/user/x"); out != "x\n" {
 		t.Fatalf("after auto-pause: %q", out)
+	}
+}
+
+// TestMetadataInProvenance: a create's metadata and the names (never the
+// values) of its envVars are kept with the attempt, so the provenance of
+// the nodes it seals (snapshot, pause) holds them; get info still serves
+// the metadata.
+func TestMetadataInProvenance(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create(t, map[string]any{"metadata": map[string]string{"run": "r1", "step": "7"},
+		"envVars": map[string]string{"TOKEN": "s3cret", "A": "1"}})
+	check := func(what, node string) {
+		t.Helper()
+		rec, err := h.f.Provenance(context.Background(), node, fabric.ExportInfo{Format: "dir"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Attempt == nil {
+			t.Fatalf("%s: no attempt in the provenance: %+v", what, rec)
+		}
+		want := map[string]string{LabelSandboxID: sb.SandboxID, LabelTemplate: h.groupID,
+			"metadata.run": "r1", "metadata.step": "7", LabelEnvKeys: "A,TOKEN"}
+		if !maps.Equal(rec.Attempt.Labels, want) {
+			t.Fatalf("%s: labels %v, want %v", what, rec.Attempt.Labels, want)
+		}
+		// (The seal's origin.environment pins the container's env, values
+		// included, as for any runc attempt; the labels hold names only.)
+		if b, _ := json.Marshal(rec.Attempt.Labels); strings.Contains(string(b), "s3cret") {
+			t.Fatalf("%s: an env value in the labels: %s", what, b)
+		}
+	}
+	var snap snapshotInfo
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/snapshots", nil, &snap); st != 201 {
+		t.Fatalf("snapshot: %d", st)
+	}
+	check("snapshot", snap.SnapshotID)
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/pause", nil, nil); st != 204 {
+		t.Fatalf("pause: %d", st)
+	}
+	h.srv.mu.Lock()
+	paused := h.srv.sandboxes[sb.SandboxID].paused
+	h.srv.mu.Unlock()
+	check("pause", paused)
+	var d sandboxDetail
+	if h.call(t, "GET", "/sandboxes/"+sb.SandboxID, nil, &d); d.Metadata["run"] != "r1" || d.Metadata["step"] != "7" {
+		t.Fatalf("get info: %+v", d)
 	}
 }

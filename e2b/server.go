@@ -407,6 +407,36 @@ func (s *Server) template(ctx context.Context, id string) (string, error) {
 	return id, nil
 }
 
+// Labels of a sandbox's attempts: what the provenance of every node they
+// seal (pause, snapshot, fork) keeps of the E2B call.
+const (
+	LabelSandboxID = "e2b.sandbox_id"
+	LabelTemplate  = "e2b.template_id"
+	// LabelEnvKeys lists the envVars' names, comma-separated; their values
+	// (often secrets) are never recorded.
+	LabelEnvKeys = "e2b.env_keys"
+	// LabelMetadata prefixes each metadata key.
+	LabelMetadata = "metadata."
+)
+
+// labels gives sb's attempt labels: its id, template, metadata and the
+// names (not values) of its envVars.
+func labels(sb *sandbox) map[string]string {
+	l := map[string]string{LabelSandboxID: sb.id, LabelTemplate: sb.templateID}
+	for k, v := range sb.metadata {
+		l[LabelMetadata+k] = v
+	}
+	if len(sb.env) > 0 {
+		keys := make([]string, 0, len(sb.env))
+		for k := range sb.env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		l[LabelEnvKeys] = strings.Join(keys, ",")
+	}
+	return l
+}
+
 // start activates a runc attempt of nodeID for sb, with a lease of ttl,
 // makes E2B's home directory in it and registers sb.
 func (s *Server) start(ctx context.Context, sb *sandbox, nodeID string, ttl time.Duration) error {
@@ -416,7 +446,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox, nodeID string, ttl time
 	}
 	sort.Strings(env)
 	a, err := s.f.Activate(ctx, fabric.ActivateRequest{NodeID: nodeID, Executor: fabric.ExecutorRunc,
-		TTLMillis: (ttl + leaseSlack).Milliseconds(), Env: env, NoQueue: true})
+		TTLMillis: (ttl + leaseSlack).Milliseconds(), Env: env, NoQueue: true, Labels: labels(sb)})
 	if err != nil {
 		return err
 	}

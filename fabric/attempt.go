@@ -80,6 +80,9 @@ type ActivateRequest struct {
 	// CapAdd gives the container capabilities dropped by default
 	// (executor.DroppedCapabilities); anything else is invalid_argument.
 	CapAdd []string `json:"cap_add,omitempty"`
+	// Labels are kept on the attempt record (journal.Attempt.Labels) and
+	// so in the provenance of the nodes it seals.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Activate creates an active attempt on a draft or sealed node with a fresh
@@ -273,7 +276,7 @@ func (f *Fabric) commitActivation(ctx context.Context, act *activation) (Attempt
 			return nil, err
 		}
 		a := journal.Attempt{AttemptID: aid, NodeID: n.NodeID, GroupID: n.GroupID, Executor: req.Executor,
-			State: journal.AttemptQueued, RetryOf: req.RetryOf}
+			State: journal.AttemptQueued, RetryOf: req.RetryOf, Labels: req.Labels}
 		if err := journal.CreateAttempt(tx, a); err != nil {
 			return nil, err
 		}

@@ -84,11 +84,18 @@ type Attempt struct {
 	// rewritten.
 	RetryOf string `json:"retry_of,omitempty"`
 	// ResultNodeID is the node the last successful seal committed.
-	ResultNodeID string    `json:"result_node_id,omitempty"`
-	Error        string    `json:"error,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
+	ResultNodeID string `json:"result_node_id,omitempty"`
+	Error        string `json:"error,omitempty"`
+	// Labels are the caller's data about the attempt (for example an E2B
+	// sandbox's metadata), kept with it so the provenance of every node it
+	// seals carries them. At most MaxLabels.
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
 }
+
+// MaxLabels bounds an attempt's labels.
+const MaxLabels = 64
 
 // AttemptRuntime is the worker-local side of an attempt: where its private
 // delta and mount live on one machine. It is not identity; recovery on
@@ -255,7 +262,21 @@ func (a *Attempt) Validate() error {
 		checkOptID(KindAttempt, a.RetryOf),
 		checkOptID(KindNode, a.ResultNodeID),
 		checkText(a.Error, "attempt %s: error", a.AttemptID),
+		checkLabels(a.Labels, "attempt "+a.AttemptID),
 	)
+}
+
+// checkLabels checks at most MaxLabels labels, keys names, values text.
+func checkLabels(labels map[string]string, what string) error {
+	if len(labels) > MaxLabels {
+		return check(false, "%s: %d labels, at most %d", what, len(labels), MaxLabels)
+	}
+	for k, v := range labels {
+		if err := firstErr(checkName(k, "%s: label key", what), checkText(v, "%s: label %q", what, k)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Validate checks rt's fields; a violation wraps ErrInvalidArgument.

@@ -40,6 +40,9 @@ type ActivateRequest struct {
 	// CapAdd gives the container capabilities dropped by default
 	// (executor.DroppedCapabilities); anything else is invalid_argument.
 	CapAdd []string `json:"cap_add,omitempty"`
+	// Labels are kept on the attempt record and so in the provenance of
+	// the nodes it seals (at most 64; keys 1..256 bytes).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // ReleaseRequest ends an attempt.

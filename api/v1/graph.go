@@ -198,10 +198,13 @@ type Attempt struct {
 	// rewritten.
 	RetryOf string `json:"retry_of,omitempty"`
 	// ResultNodeID is the node the last successful seal committed.
-	ResultNodeID string    `json:"result_node_id,omitempty"`
-	Error        string    `json:"error,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
+	ResultNodeID string `json:"result_node_id,omitempty"`
+	Error        string `json:"error,omitempty"`
+	// Labels are the caller's data kept with the attempt (an E2B
+	// sandbox's metadata, for example).
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
 }
 
 // AttemptRuntime is the worker-local side of an attempt: where its private
