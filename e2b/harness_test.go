@@ -117,6 +117,12 @@ func (h *harness) call(t *testing.T, method, path string, body, out any) (int, h
 
 func (h *harness) callKey(t *testing.T, key, method, path string, body, out any) (int, http.Header) {
 	t.Helper()
+	return h.callHdr(t, key, nil, method, path, body, out)
+}
+
+// callHdr is callKey with extra request headers.
+func (h *harness) callHdr(t *testing.T, key string, hdr map[string]string, method, path string, body, out any) (int, http.Header) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -127,6 +133,9 @@ func (h *harness) callKey(t *testing.T, key, method, path string, body, out any)
 		req.Header.Set("X-API-KEY", key)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

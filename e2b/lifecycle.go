@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/esf-dev/esf/errdefs"
@@ -38,7 +39,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) (int, any, error)
 	}
 	sb.op.Lock()
 	defer sb.op.Unlock()
-	if err := s.pauseLocked(context.WithoutCancel(r.Context()), sb); err != nil {
+	if err := s.pauseLocked(withStep(context.WithoutCancel(r.Context()), "pause"), sb); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusNoContent, nil, nil
@@ -134,20 +135,20 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) (int, any, error) 
 	}
 	ctx := context.WithoutCancel(r.Context())
 	parent.op.Lock()
-	node, err := s.checkpoint(ctx, parent)
+	node, err := s.checkpoint(withStep(ctx, "checkpoint"), parent)
 	parent.op.Unlock()
 	if err != nil {
 		return 0, nil, err
 	}
-	drafts, err := s.f.Fork(ctx, fabric.ForkRequest{NodeID: node, N: count})
+	drafts, err := s.f.Fork(withStep(ctx, "fork"), fabric.ForkRequest{NodeID: node, N: count})
 	if err != nil {
 		return 0, nil, err
 	}
 	out := make([]forkChild, len(drafts.Nodes))
 	for i, n := range drafts.Nodes {
-		child := &sandbox{id: newSandboxID(), templateID: parent.templateID, token: newToken(),
+		child := &sandbox{id: sandboxIDFor(ctx, i), templateID: parent.templateID, token: newToken(),
 			metadata: clone(parent.metadata), env: clone(parent.env), autoPause: parent.autoPause}
-		if err := s.start(ctx, child, n.NodeID, ttl); err != nil {
+		if err := s.start(withStep(ctx, "activate-"+strconv.Itoa(i)), child, n.NodeID, ttl); err != nil {
 			out[i].Error = &apiError{Code: errStatus(err), Message: err.Error()}
 			continue
 		}
@@ -185,7 +186,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) (int, any, err
 		return 0, nil, err
 	}
 	sb.op.Lock()
-	node, err := s.checkpoint(context.WithoutCancel(r.Context()), sb)
+	node, err := s.checkpoint(withStep(context.WithoutCancel(r.Context()), "snapshot"), sb)
 	sb.op.Unlock()
 	if err != nil {
 		return 0, nil, err

@@ -193,3 +193,95 @@ func TestMetadataInProvenance(t *testing.T) {
 		t.Fatalf("get info: %+v", d)
 	}
 }
+
+// TestIdempotencyKey: with an Idempotency-Key header a retried create,
+// snapshot, fork or pause answers as the first call did (the same
+// sandbox, not a second one) and a different request under the key is
+// 409; the fabric calls carry keys derived from it. Without the header
+// every call is new and the fabric makes up its keys.
+func TestIdempotencyKey(t *testing.T) {
+	h := newHarness(t)
+	idem := func(key, method, path string, body, out any) int {
+		t.Helper()
+		st, hdr := h.callHdr(t, testKey, map[string]string{HeaderIdempotencyKey: key}, method, path, body, out)
+		if st < 300 && hdr.Get(HeaderIdempotencyKey) != key {
+			t.Fatalf("%s %s: answered key %q", method, path, hdr.Get(HeaderIdempotencyKey))
+		}
+		return st
+	}
+	body := map[string]any{"templateID": h.groupID, "timeout": 300, "allow_internet_access": false}
+	var a, b sandboxReply
+	if st := idem("create-1", "POST", "/v2/sandboxes", body, &a); st != 201 {
+		t.Fatalf("create: %d", st)
+	}
+	if st := idem("create-1", "POST", "/v2/sandboxes", body, &b); st != 201 || b != a {
+		t.Fatalf("retried create: %d %+v, first %+v", st, b, a)
+	}
+	var e apiError
+	other := map[string]any{"templateID": h.groupID, "timeout": 60, "allow_internet_access": false}
+	if st := idem("create-1", "POST", "/v2/sandboxes", other, &e); st != 409 || e.Code != 409 {
+		t.Fatalf("another body under the key: %d %+v", st, e)
+	}
+	var list []sandboxDetail
+	if h.call(t, "GET", "/v2/sandboxes", nil, &list); len(list) != 1 {
+		t.Fatalf("after a retried create: %d sandboxes, want 1", len(list))
+	}
+	if c := h.create(t, nil); c.SandboxID == a.SandboxID {
+		t.Fatal("a create without a key gave the keyed sandbox")
+	}
+
+	origin := func(node string) string {
+		t.Helper()
+		in, err := h.f.Inspect(context.Background(), node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in.Node.Provenance.IdempotencyKey
+	}
+	path := "/sandboxes/" + a.SandboxID
+	var s1, s2, s3 snapshotInfo
+	if st := idem("snap-1", "POST", path+"/snapshots", map[string]any{}, &s1); st != 201 {
+		t.Fatalf("snapshot: %d", st)
+	}
+	if st := idem("snap-1", "POST", path+"/snapshots", map[string]any{}, &s2); st != 201 || s2.SnapshotID != s1.SnapshotID {
+		t.Fatalf("retried snapshot: %d %+v, first %+v", st, s2, s1)
+	}
+	if k := origin(s1.SnapshotID); k != "e2b-snap-1-snapshot" {
+		t.Fatalf("the snapshot's fabric key: %q", k)
+	}
+	if st, _ := h.call(t, "POST", path+"/snapshots", map[string]any{}, &s3); st != 201 || s3.SnapshotID == s1.SnapshotID {
+		t.Fatalf("snapshot without a key: %d %+v", st, s3)
+	}
+	if k := origin(s3.SnapshotID); !strings.HasPrefix(k, "gen-") {
+		t.Fatalf("a snapshot without a key got fabric key %q", k)
+	}
+
+	var k1, k2 []forkChild
+	if st := idem("fork-1", "POST", path+"/fork", map[string]any{"count": 2, "timeout": 300}, &k1); st != 201 || len(k1) != 2 {
+		t.Fatalf("fork: %d %+v", st, k1)
+	}
+	if st := idem("fork-1", "POST", path+"/fork", map[string]any{"count": 2, "timeout": 300}, &k2); st != 201 || len(k2) != 2 {
+		t.Fatalf("retried fork: %d %+v", st, k2)
+	}
+	for i := range k1 {
+		if k1[i].Sandbox == nil || k2[i].Sandbox == nil || *k1[i].Sandbox != *k2[i].Sandbox {
+			t.Fatalf("fork child %d: %+v then %+v", i, k1[i], k2[i])
+		}
+	}
+	if h.call(t, "GET", "/v2/sandboxes", nil, &list); len(list) != 4 {
+		t.Fatalf("after a retried fork: %d sandboxes, want 4", len(list))
+	}
+
+	if st := idem("pause-1", "POST", path+"/pause", nil, nil); st != 204 {
+		t.Fatalf("pause: %d", st)
+	}
+	if st := idem("pause-1", "POST", path+"/pause", nil, nil); st != 204 {
+		t.Fatalf("retried pause: %d", st)
+	}
+	if st, _ := h.call(t, "POST", path+"/pause", nil, &e); st != 409 {
+		t.Fatalf("pause again without a key: %d", st)
+	}
+	if st := idem("bad\tkey", "POST", path+"/pause", nil, &e); st != 400 {
+		t.Fatalf("a malformed key: %d", st)
+	}
+}

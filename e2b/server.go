@@ -76,6 +76,8 @@ type Server struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	snapshots map[string]snapshotRecord // by node id
+	idem      map[string]*idemEntry     // by Idempotency-Key (idempotency.go)
+	idemOrder []string                  // idem's keys, oldest first
 	ctx       context.Context           // ends at Close: every command's parent
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // commands running
@@ -87,7 +89,8 @@ func New(f *fabric.Fabric, opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{f: f, opts: opts, log: opts.Logger, mux: http.NewServeMux(), envd: http.NewServeMux(),
-		sandboxes: map[string]*sandbox{}, snapshots: map[string]snapshotRecord{}}
+		sandboxes: map[string]*sandbox{}, snapshots: map[string]snapshotRecord{},
+		idem: map[string]*idemEntry{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.routeControl()
 	s.routeEnvd()
@@ -252,8 +255,8 @@ func notFound(id string) error {
 }
 
 func (s *Server) routeControl() {
-	s.handle("POST /sandboxes", s.create)
-	s.handle("POST /v2/sandboxes", s.create)
+	s.handle("POST /sandboxes", s.idempotent(s.create))
+	s.handle("POST /v2/sandboxes", s.idempotent(s.create))
 	s.handle("GET /sandboxes", s.list)
 	s.handle("GET /v2/sandboxes", s.list)
 	s.handle("GET /sandboxes/{id}", s.info)
@@ -263,10 +266,10 @@ func (s *Server) routeControl() {
 	s.handle("POST /sandboxes/{id}/connect", s.connect)
 	s.handle("POST /v2/sandboxes/{id}/connect", s.connect)
 	s.handle("POST /sandboxes/{id}/resume", s.connect)
-	s.handle("POST /sandboxes/{id}/pause", s.pause)
+	s.handle("POST /sandboxes/{id}/pause", s.idempotent(s.pause))
 	s.handle("GET /sandboxes/{id}/metrics", s.metrics)
-	s.handle("POST /sandboxes/{id}/fork", s.fork)
-	s.handle("POST /sandboxes/{id}/snapshots", s.snapshot)
+	s.handle("POST /sandboxes/{id}/fork", s.idempotent(s.fork))
+	s.handle("POST /sandboxes/{id}/snapshots", s.idempotent(s.snapshot))
 	s.handle("GET /snapshots", s.listSnapshots)
 	s.handle("DELETE /templates/{id}", s.deleteSnapshot)
 	s.handle("/", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -362,12 +365,18 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	sb := &sandbox{id: newSandboxID(), templateID: req.TemplateID, token: newToken(), metadata: req.Metadata,
+	sb := &sandbox{id: sandboxIDFor(r.Context(), 0), templateID: req.TemplateID, token: newToken(), metadata: req.Metadata,
 		env: req.EnvVars, autoPause: req.AutoPause}
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
 	}
-	if err := s.start(r.Context(), sb, nodeID, ttl); err != nil {
+	s.mu.Lock()
+	_, taken := s.sandboxes[sb.id]
+	s.mu.Unlock()
+	if taken { // a key reused after the front door forgot its first answer
+		return 0, nil, httpErr(http.StatusConflict, "%s already made sandbox %s", HeaderIdempotencyKey, sb.id)
+	}
+	if err := s.start(withStep(r.Context(), "activate"), sb, nodeID, ttl); err != nil {
 		return 0, nil, err
 	}
 	return http.StatusCreated, s.reply(sb), nil
