@@ -95,6 +95,36 @@ func TestNodeValidate(t *testing.T) {
 
 func zero() float64 { return 0 }
 
+// TestAttemptLabelsValidate: labels are optional, at most MaxLabels, with
+// keys that are names and values that are text.
+func TestAttemptLabelsValidate(t *testing.T) {
+	valid := func() Attempt {
+		return Attempt{AttemptID: "att_a", NodeID: "node_a", GroupID: "grp_a", Executor: "runc", State: AttemptActive,
+			Labels: map[string]string{"metadata.run": "r1", "e2b.env_keys": ""}}
+	}
+	a := valid()
+	if err := a.Validate(); err != nil {
+		t.Fatalf("valid attempt: %v", err)
+	}
+	many := map[string]string{}
+	for i := 0; i <= MaxLabels; i++ {
+		many[strings.Repeat("k", i+1)] = "v"
+	}
+	for name, labels := range map[string]map[string]string{
+		"too many":        many,
+		"empty key":       {"": "v"},
+		"long key":        {strings.Repeat("k", maxNameLen+1): "v"},
+		"long value":      {"k": strings.Repeat("v", maxTextLen+1)},
+		"non-UTF-8 value": {"k": "\xff"},
+	} {
+		a := valid()
+		a.Labels = labels
+		if err := a.Validate(); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	n := validNode()
 	b, err := encode("node", &n)
