@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/esf-dev/esf/cas"
@@ -46,10 +47,18 @@ func (c *ContainerConfig) provenance() any {
 		Destination string `json:"destination"`
 		ReadOnly    bool   `json:"read_only,omitempty"`
 	}
+	// The environment is pinned by the names of its variables: their values
+	// may be secrets (API keys handed to a sandbox), and provenance is
+	// exported, shown and kept with every node sealed from the attempt.
 	p := struct {
 		ContainerConfig
-		Mounts []mount `json:"mounts,omitempty"`
+		Env    []string `json:"env,omitempty"`
+		Mounts []mount  `json:"mounts,omitempty"`
 	}{ContainerConfig: *c}
+	for _, kv := range c.Env {
+		name, _, _ := strings.Cut(kv, "=")
+		p.Env = append(p.Env, name)
+	}
 	for _, m := range c.Mounts {
 		p.Mounts = append(p.Mounts, mount{Destination: m.Destination, ReadOnly: m.ReadOnly})
 	}
