@@ -11,12 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
-
 	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/journal"
+	"github.com/esf-dev/esf/mounter"
 )
 
 // Attempts: activate leases a node and mounts a private writable delta on
@@ -195,7 +194,7 @@ func (f *Fabric) checkActivation(ctx context.Context, op string, req ActivateReq
 		// A replay finds its directory mounted (by its first run): check
 		// the directory only for a new request.
 		if !f.isReplay(ctx, op, req) {
-			if _, err := checkMountDir(abs); err != nil {
+			if _, err := checkMountDir(f.mounter, abs); err != nil {
 				return nil, fmt.Errorf("activate: %w", err)
 			}
 		}
@@ -430,7 +429,7 @@ func (f *Fabric) endPremount(p *premount, keep bool) {
 	if keep {
 		return
 	}
-	if err := delta.Unmount(filepath.Join(f.attemptDir(p.attemptID), "root")); err != nil {
+	if err := f.mounter.Unmount(filepath.Join(f.attemptDir(p.attemptID), "root")); err != nil {
 		f.log.Warn("undo early mount", "attempt_id", p.attemptID, "err", err)
 		return // Recover sweeps it
 	}
@@ -534,7 +533,7 @@ func (f *Fabric) mountDelta(ctx context.Context, a journal.Attempt, base string,
 		return false, nil
 	}
 	if err := f.journal.Update(ctx, func(tx journal.Tx) error { return journal.PutAttemptRuntime(tx, next) }); err != nil {
-		delta.Unmount(l.Root)
+		f.mounter.Unmount(l.Root)
 		return false, err
 	}
 	return true, nil
@@ -546,7 +545,7 @@ func (f *Fabric) mountDelta(ctx context.Context, a journal.Attempt, base string,
 // current one. A new delta in the disk pool is made with limit disk (the
 // daemon's default if 0). f.mountMu is held.
 func (f *Fabric) mountLocked(ctx context.Context, id, base string, l delta.Layout, bootID string, disk int64) (mounted bool, boot string, err error) {
-	if delta.Mounted(l.Root) {
+	if f.mounter.Mounted(l.Root) {
 		return false, "", nil
 	}
 	if f.ensurePool() && strings.HasPrefix(l.Dir, f.pool.Dir+"/") {
@@ -571,7 +570,7 @@ func (f *Fabric) mountLocked(ctx context.Context, id, base string, l delta.Layou
 		if bootID != "" && bootID != boot {
 			return false, "", fmt.Errorf("attempt %s: delta lost: mounted volatile before the machine restarted: %w", id, journal.ErrFailedPrecondition)
 		}
-		if err := delta.Reclaim(l); err != nil {
+		if err := f.mounter.Reclaim(l); err != nil {
 			return false, "", err
 		}
 	}
@@ -583,7 +582,7 @@ func (f *Fabric) mountLocked(ctx context.Context, id, base string, l delta.Layou
 		}
 	}
 	if l.LowerAttr, err = f.projection.rootAttr(base); err == nil {
-		err = delta.Mount(l)
+		err = f.mounter.Mount(l)
 	}
 	if err != nil && !f.projection.alive() {
 		f.log.Warn("projection not answering; restarting it", "attempt_id", id, "err", err)
@@ -591,7 +590,7 @@ func (f *Fabric) mountLocked(ctx context.Context, id, base string, l delta.Layou
 			return false, "", err
 		}
 		if l.LowerAttr, err = f.projection.rootAttr(base); err == nil {
-			err = delta.Mount(l)
+			err = f.mounter.Mount(l)
 		}
 	}
 	if err != nil {
@@ -770,7 +769,7 @@ func (f *Fabric) removeAttemptDir(attemptID string) {
 	// Deleting would reach into the mounted root, or pull the upper
 	// directory from under an overlay mounted elsewhere (a custom root);
 	// Recover unmounts and deletes it.
-	if delta.Mounted(filepath.Join(dir, "root")) || upperInUse(filepath.Join(dir, "delta")) {
+	if f.mounter.Mounted(filepath.Join(dir, "root")) || f.mounter.UpperInUse(filepath.Join(dir, "delta")) {
 		f.log.Warn("delete delta: root still mounted", "attempt_id", attemptID)
 		return
 	}
@@ -792,31 +791,6 @@ func (f *Fabric) isReplay(ctx context.Context, op string, req any) bool {
 		return nil
 	})
 	return found
-}
-
-// upperInUse reports whether an overlay is mounted, anywhere, with its
-// upper directory in the delta directory dir: mountinfo lists the overlay's
-// options, and mountpoints outside the attempt's directory (a custom root)
-// are found only there. On a read error it answers yes: a delta kept too
-// long is swept by Recover, one deleted under a live mount is lost.
-func upperInUse(dir string) bool {
-	opt := "upperdir=" + delta.Layout{Dir: dir}.Upper()
-	idmapped := delta.IDMappedSource(dir)
-	infos, err := mountinfo.GetMounts(func(in *mountinfo.Info) (skip, stop bool) {
-		if in.FSType != "overlay" {
-			return true, false
-		}
-		if in.Source == idmapped {
-			return false, true
-		}
-		for o := range strings.SplitSeq(in.VFSOptions, ",") {
-			if o == opt {
-				return false, true
-			}
-		}
-		return true, false
-	})
-	return err != nil || len(infos) > 0
 }
 
 // attemptLock is one attempt's entry in Fabric.attemptLocks; it lives
@@ -1003,7 +977,7 @@ func (f *Fabric) Retry(ctx context.Context, req RetryRequest) (AttemptView, erro
 }
 
 // checkMountDir accepts an existing empty directory for a writable root.
-func checkMountDir(dir string) (string, error) {
+func checkMountDir(m mounter.Mounter, dir string) (string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "", err
@@ -1018,7 +992,7 @@ func checkMountDir(dir string) (string, error) {
 	if !fi.IsDir() {
 		return "", fmt.Errorf("mount dir %s is not a directory: %w", abs, journal.ErrInvalidArgument)
 	}
-	if delta.Mounted(abs) {
+	if m.Mounted(abs) {
 		return "", fmt.Errorf("mount dir %s is busy (something is mounted there): %w", abs, journal.ErrFailedPrecondition)
 	}
 	ents, err := os.ReadDir(abs)

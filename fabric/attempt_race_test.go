@@ -107,8 +107,8 @@ func TestReaperKeepsDeltaUnderCustomMount(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(upper, "w")); err != nil || string(b) != "kept" {
 		t.Fatalf("the live root's upper file after a reap: %q, %v", b, err)
 	}
-	if !upperInUse(filepath.Join(f.attemptDir(a.AttemptID), "delta")) {
-		t.Error("upperInUse: live custom mount not seen")
+	if !f.mounter.UpperInUse(filepath.Join(f.attemptDir(a.AttemptID), "delta")) {
+		t.Error("UpperInUse: live custom mount not seen")
 	}
 	if _, err := f.Release(context.Background(), ReleaseRequest{AttemptID: a.AttemptID}); err != nil {
 		t.Fatal(err)

@@ -175,7 +175,7 @@ func TestSuspendOfRuncAttemptWithBusyRoot(t *testing.T) {
 	if res.Node.Status != journal.NodeSealed || res.Attempt.State != journal.AttemptReleased {
 		t.Fatalf("suspend: node %s, attempt %s; want sealed and released", res.Node.Status, res.Attempt.State)
 	}
-	if delta.Mounted(a.Root) || upperInUse(filepath.Join(f.attemptDir(a.AttemptID), "delta")) {
+	if delta.Mounted(a.Root) || f.mounter.UpperInUse(filepath.Join(f.attemptDir(a.AttemptID), "delta")) {
 		t.Fatalf("root %s still mounted after the release", a.Root)
 	}
 	exp := filepath.Join(t.TempDir(), "exp")

@@ -24,6 +24,7 @@ import (
 	"github.com/esf-dev/esf/ingest"
 	"github.com/esf-dev/esf/journal"
 	journalpebble "github.com/esf-dev/esf/journal/pebble"
+	"github.com/esf-dev/esf/mounter"
 	"github.com/esf-dev/esf/wasi"
 )
 
@@ -115,6 +116,10 @@ type Options struct {
 	// gets (operator configuration, never an API field: a caller must not
 	// be able to mount host paths).
 	ContainerMounts []executor.Mount
+	// Mounter mounts the projection, attempts' deltas and read-only views
+	// and walks a delta for a seal; default the real one (FUSE, overlayfs,
+	// bind mounts: root only). mounter/fake serves logic tests.
+	Mounter mounter.Mounter
 }
 
 // DefaultGeneratedKeyTTL is Options.GeneratedKeyTTL's default.
@@ -140,6 +145,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Worker == "" {
 		o.Worker, _ = os.Hostname()
+	}
+	if o.Mounter == nil {
+		o.Mounter = mounter.New()
 	}
 	if o.GeneratedKeyTTL == 0 {
 		o.GeneratedKeyTTL = DefaultGeneratedKeyTTL
@@ -184,8 +192,10 @@ type Fabric struct {
 	journal    journal.Store
 	ids        *journal.IDGen
 	projection *projection
-	worker     string
-	now        func() time.Time
+	// mounter is Options.Mounter.
+	mounter mounter.Mounter
+	worker  string
+	now     func() time.Time
 	// mountMu serialises mounting and unmounting attempt roots.
 	mountMu sync.Mutex
 	// attemptLocks serialise, per attempt id, what acts on an attempt's
@@ -269,6 +279,7 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		stateDir:     stateDir,
 		tmpDir:       filepath.Join(stateDir, "tmp"),
 		lock:         lock,
+		mounter:      opts.Mounter,
 		statCache:    ingest.NewStatCache(0),
 	}
 	fail := func(err error) (*Fabric, error) {
@@ -334,7 +345,7 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 	}
 	f.projection = &projection{
-		mnt: filepath.Join(stateDir, "mnt"), command: opts.ProjectionCommand, store: base, log: f.log,
+		mnt: filepath.Join(stateDir, "mnt"), command: opts.ProjectionCommand, store: base, log: f.log, mounter: opts.Mounter,
 		logFile: filepath.Join(stateDir, "fuse-server.log"), pidFile: filepath.Join(stateDir, "fuse-server.pid"),
 		corruptLog: filepath.Join(stateDir, fusefs.CorruptLogName),
 	}

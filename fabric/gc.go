@@ -3,10 +3,7 @@ package fabric
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/moby/sys/mountinfo"
 
 	"github.com/esf-dev/esf/cas"
 	s3store "github.com/esf-dev/esf/cas/s3"
@@ -163,30 +160,16 @@ func (f *Fabric) mountedRoots() ([]cas.ID, error) {
 	if f.projection == nil {
 		return nil, nil
 	}
-	infos, err := mountinfo.GetMounts(nil)
+	views, err := f.mounter.Views(f.projection.mnt)
 	if err != nil {
-		return nil, fmt.Errorf("read-only mounts: %w", err)
-	}
-	major, minor := -1, -1
-	for _, in := range infos {
-		if in.Mountpoint == f.projection.mnt {
-			major, minor = in.Major, in.Minor
-		}
+		return nil, err
 	}
 	var roots []cas.ID
 	seen := map[cas.ID]bool{}
-	for _, in := range infos {
-		if in.Major != major || in.Minor != minor || in.Mountpoint == f.projection.mnt {
-			continue
-		}
-		rest, ok := strings.CutPrefix(in.Root, "/roots/")
-		if !ok {
-			continue
-		}
-		hex, _, _ := strings.Cut(rest, "/")
-		if id, err := cas.ParseID(hex); err == nil && !seen[id] {
-			seen[id] = true
-			roots = append(roots, id)
+	for _, v := range views {
+		if !v.RootID.IsZero() && !seen[v.RootID] {
+			seen[v.RootID] = true
+			roots = append(roots, v.RootID)
 		}
 	}
 	return roots, nil

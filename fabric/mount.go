@@ -6,10 +6,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/esf-dev/esf/delta"
-	"github.com/esf-dev/esf/fusefs"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -43,7 +39,7 @@ func (f *Fabric) Mount(ctx context.Context, req MountRequest) (MountResult, erro
 		}
 		return MountResult{Dir: a.Root, Attempt: &a}, nil
 	}
-	dir, err := checkMountDir(req.Dir)
+	dir, err := checkMountDir(f.mounter, req.Dir)
 	if err != nil {
 		return MountResult{}, fmt.Errorf("mount: %w", err)
 	}
@@ -62,15 +58,8 @@ func (f *Fabric) Mount(ctx context.Context, req MountRequest) (MountResult, erro
 		return MountResult{}, err
 	}
 	src := f.projection.RootPath(n.RootID)
-	if err := unix.Mount(src, dir, "", unix.MS_BIND, ""); err != nil {
-		return MountResult{}, fmt.Errorf("mount: bind %s: %w", dir, err)
-	}
-	// A bind remount sets the mount's flags to exactly these: nosuid and
-	// nodev must be named again or the view loses them, and other users
-	// could run a setuid binary or open a device node the tree holds.
-	if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		unix.Unmount(dir, unix.MNT_DETACH)
-		return MountResult{}, fmt.Errorf("mount: read-only %s: %w", dir, err)
+	if err := f.mounter.BindView(src, dir); err != nil {
+		return MountResult{}, fmt.Errorf("mount: %w", err)
 	}
 	return MountResult{Dir: dir, RootID: n.RootID}, nil
 }
@@ -119,10 +108,10 @@ func (f *Fabric) Umount(ctx context.Context, req UmountRequest) (MountResult, er
 		}
 		return MountResult{Dir: dir, Attempt: &a}, nil
 	}
-	if fstype, ok := fusefs.MountType(dir); !ok || fstype != "fuse.esf" {
+	if !f.mounter.IsView(dir) {
 		return MountResult{}, fmt.Errorf("umount: nothing of esf is mounted at %s: %w", dir, journal.ErrNotFound)
 	}
-	if err := delta.Unmount(dir); err != nil {
+	if err := f.mounter.Unmount(dir); err != nil {
 		return MountResult{}, fmt.Errorf("umount: %w", err)
 	}
 	return MountResult{Dir: dir}, nil

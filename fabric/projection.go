@@ -10,11 +10,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/hanwen/go-fuse/v2/fuse"
-
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/fusefs"
+	"github.com/esf-dev/esf/mounter"
 )
 
 // projection is the one FUSE mount at <state>/mnt that shows every root.
@@ -31,10 +30,12 @@ type projection struct {
 	// corruptLog is where the server records corrupt blobs (see
 	// Fabric.ReportCorrupt).
 	corruptLog string
+	// mounter serves the in-process projection and reads roots' attributes.
+	mounter mounter.Mounter
 
 	mu     sync.Mutex
 	proc   *fusefs.Process
-	inproc *fuse.Server
+	inproc mounter.Server
 
 	// attrs caches the attributes of projected roots that deltas copy to
 	// their upper root: a root id names immutable content, so an entry
@@ -62,12 +63,8 @@ func (p *projection) Ensure(ctx context.Context) error {
 		if err := os.MkdirAll(p.mnt, 0o700); err != nil {
 			return err
 		}
-		fsys, err := fusefs.New(fusefs.Options{Store: p.store, Logger: p.log,
+		srv, err := p.mounter.ServeProjection(p.mnt, fusefs.Options{Store: p.store, Logger: p.log,
 			OnCorrupt: fusefs.AppendCorruptLog(p.corruptLog, p.log)})
-		if err != nil {
-			return err
-		}
-		srv, err := fusefs.Mount(p.mnt, fsys)
 		if err != nil {
 			return err
 		}
@@ -109,7 +106,7 @@ func (p *projection) rootAttr(rootID string) (*delta.RootAttr, error) {
 	if ok {
 		return &a, nil
 	}
-	a, err := delta.ReadRootAttr(p.RootPath(rootID))
+	a, err := p.mounter.RootAttr(p.RootPath(rootID))
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/esf-dev/esf/delta"
-	"github.com/esf-dev/esf/fusefs"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -96,8 +95,8 @@ func (f *Fabric) Recover(ctx context.Context) error {
 		for _, e := range ents {
 			if !liveDirs[e.Name()] && !f.isQueued(ctx, e.Name()) {
 				root := filepath.Join(f.stateDir, "attempts", e.Name(), "root")
-				if delta.Mounted(root) {
-					delta.Unmount(root)
+				if f.mounter.Mounted(root) {
+					f.mounter.Unmount(root)
 				}
 				f.deleteDelta(e.Name())
 			}
@@ -222,8 +221,12 @@ func (f *Fabric) StopAll(ctx context.Context) error {
 		}
 	}
 	// Read-only binds of projected roots keep the projection busy.
-	for _, dir := range fusefs.Binds(f.projection.mnt) {
-		if err := delta.Unmount(dir); err != nil {
+	views, err := f.mounter.Views(f.projection.mnt)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, v := range views {
+		if err := f.mounter.Unmount(v.Dir); err != nil {
 			errs = append(errs, err)
 		}
 	}

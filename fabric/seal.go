@@ -250,8 +250,8 @@ func (f *Fabric) sealUpper(ctx context.Context, s *sealOp) (ingest.Result, error
 	if s.a.Executor == ExecutorRunc && f.exec != nil {
 		exclude = executor.Footprint()
 	}
-	sealed, err := ingest.Upper(ctx, f.store, s.baseID, delta.Layout{Dir: s.a.Runtime.PrivateDelta}.Upper(),
-		ingest.Options{Logger: f.log, Exclude: exclude})
+	l := delta.Layout{Dir: s.a.Runtime.PrivateDelta, Root: s.a.Runtime.Mount}
+	sealed, err := f.mounter.Seal(ctx, f.store, s.baseID, l, ingest.Options{Logger: f.log, Exclude: exclude})
 	if err != nil {
 		return sealed, err
 	}

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/cas"
-	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -51,12 +50,9 @@ func (f *Fabric) unmountOnce(root string, flags int) error {
 	f.mountMu.Lock()
 	defer f.mountMu.Unlock()
 	if flags == 0 {
-		return delta.Unmount(root)
+		return f.mounter.Unmount(root)
 	}
-	if err := unix.Unmount(root, flags); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("detach %s: %w", root, err)
-	}
-	return nil
+	return f.mounter.Detach(root)
 }
 
 // mountHolders names the processes whose working directory, root or open
