@@ -20,12 +20,11 @@ import (
 // outside the attempt's directory, where the reaper's own mount check
 // cannot see a mount.
 func TestReplayRacingFailedActivation(t *testing.T) {
-	requireMounts(t)
 	root := t.TempDir() // before the fabric: removed after its teardown
-	f := openGraph(t)
+	f := openLogic(t)
 	t.Cleanup(func() {
-		if delta.Mounted(root) {
-			delta.Unmount(root)
+		if f.mounter.Mounted(root) {
+			f.mounter.Unmount(root)
 		}
 	})
 	g := newGroup(t, f, map[string]string{"a": "1"})
@@ -74,7 +73,7 @@ func TestReplayRacingFailedActivation(t *testing.T) {
 	if r.v.State != journal.AttemptFailed {
 		t.Errorf("replay returned state %s; want the attempt as it is now, failed", r.v.State)
 	}
-	if delta.Mounted(root) {
+	if f.mounter.Mounted(root) {
 		t.Errorf("the failed attempt's root %s is mounted again", root)
 	}
 	f.reaping.Wait()

@@ -63,8 +63,18 @@ func (c *commitCounter) failNextCommit() {
 func openCounted(t *testing.T) (*Fabric, *commitCounter) {
 	t.Helper()
 	requireMounts(t)
+	return openCountedWith(t, Options{StateDir: t.TempDir()})
+}
+
+// openCountedLogic is openCounted on the fake mounter and executor.
+func openCountedLogic(t *testing.T) (*Fabric, *commitCounter) {
+	t.Helper()
+	return openCountedWith(t, logicOptions(Options{StateDir: t.TempDir()}))
+}
+
+func openCountedWith(t *testing.T, opts Options) (*Fabric, *commitCounter) {
+	t.Helper()
 	c := &commitCounter{}
-	opts := Options{StateDir: t.TempDir()}
 	opts.Journal.Failpoint = c.hook
 	f, err := Open(context.Background(), testOptions(t, opts))
 	if err != nil {
@@ -109,7 +119,7 @@ func attemptStates(t *testing.T, f *Fabric, attemptID string) []string {
 // a seal that keeps running each cost one journal commit, and the event
 // log still records every state the attempt went through.
 func TestAttemptLifecycleCommitsOnce(t *testing.T) {
-	f, c := openCounted(t)
+	f, c := openCountedLogic(t)
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"dir/a.txt": "a"})
 	c.count()
@@ -121,7 +131,7 @@ func TestAttemptLifecycleCommitsOnce(t *testing.T) {
 	if n := c.count(); n != 1 {
 		t.Errorf("activate committed %d times, want 1", n)
 	}
-	if !delta.Mounted(a.Root) || a.Runtime == nil {
+	if !f.mounter.Mounted(a.Root) || a.Runtime == nil {
 		t.Fatalf("activated attempt not mounted: %+v", a)
 	}
 	if err := os.WriteFile(filepath.Join(a.Root, "dir", "b.txt"), []byte("b"), 0o644); err != nil {
@@ -135,8 +145,8 @@ func TestAttemptLifecycleCommitsOnce(t *testing.T) {
 	if n := c.count(); n != 1 {
 		t.Errorf("suspend --keep-running committed %d times, want 1", n)
 	}
-	if cp.Attempt.State != journal.AttemptActive || !delta.Mounted(a.Root) {
-		t.Fatalf("after a checkpoint the attempt is %s (mounted %v), want active and mounted", cp.Attempt.State, delta.Mounted(a.Root))
+	if cp.Attempt.State != journal.AttemptActive || !f.mounter.Mounted(a.Root) {
+		t.Fatalf("after a checkpoint the attempt is %s (mounted %v), want active and mounted", cp.Attempt.State, f.mounter.Mounted(a.Root))
 	}
 
 	if err := os.WriteFile(filepath.Join(a.Root, "c.txt"), []byte("c"), 0o644); err != nil {
@@ -152,7 +162,7 @@ func TestAttemptLifecycleCommitsOnce(t *testing.T) {
 	if res.Attempt.State != journal.AttemptReleased || res.Attempt.Lease != nil || res.Node.Status != journal.NodeSealed {
 		t.Fatalf("after suspend: attempt %s lease %v, node %s", res.Attempt.State, res.Attempt.Lease, res.Node.Status)
 	}
-	if delta.Mounted(a.Root) {
+	if f.mounter.Mounted(a.Root) {
 		t.Error("released attempt still mounted")
 	}
 	states := attemptStates(t, f, a.AttemptID)
@@ -229,7 +239,7 @@ func TestSealOfBusyRootReleasesAfterCommit(t *testing.T) {
 // unmounted the root (to release in the same batch) mounts the volatile
 // delta again, whole, and a retry seals it.
 func TestFailedSealCommitMountsAgain(t *testing.T) {
-	f, c := openCounted(t)
+	f, c := openCountedLogic(t)
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"a": "1"})
 	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
@@ -244,8 +254,8 @@ func TestFailedSealCommitMountsAgain(t *testing.T) {
 		t.Fatalf("suspend with a failing commit: %v", err)
 	}
 	v, err := f.attemptView(ctx, a.AttemptID)
-	if err != nil || v.State != journal.AttemptActive || !delta.Mounted(a.Root) {
-		t.Fatalf("after the failed seal: %s, mounted %v, %v; want active and mounted", v.State, delta.Mounted(a.Root), err)
+	if err != nil || v.State != journal.AttemptActive || !f.mounter.Mounted(a.Root) {
+		t.Fatalf("after the failed seal: %s, mounted %v, %v; want active and mounted", v.State, f.mounter.Mounted(a.Root), err)
 	}
 	if b, err := os.ReadFile(filepath.Join(a.Root, "b")); err != nil || string(b) != "unsealed" {
 		t.Fatalf("delta after the remount: %q, %v", b, err)
@@ -317,7 +327,7 @@ func TestRecoverMountsVolatileDeltaOfThisBoot(t *testing.T) {
 // flushes is unmounted and deleted when the commit fails, and a replayed
 // activation keeps only the first attempt's mount.
 func TestEarlyMountUndone(t *testing.T) {
-	f, c := openCounted(t)
+	f, c := openCountedLogic(t)
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"a": "1"})
 	c.failNextCommit()
@@ -345,7 +355,7 @@ func TestEarlyMountUndone(t *testing.T) {
 		}
 		t.Fatalf("attempt directories %v, want only %s", names, first.AttemptID)
 	}
-	if !delta.Mounted(first.Root) {
+	if !f.mounter.Mounted(first.Root) {
 		t.Fatal("the replayed attempt lost its mount")
 	}
 }

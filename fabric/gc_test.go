@@ -19,8 +19,7 @@ import (
 // content only it referenced unreachable; GC deletes those bytes and
 // nothing reachable (fsck clean, every live node exports).
 func TestGCReclaimsExactlyTheUnreachable(t *testing.T) {
-	requireMounts(t)
-	f := openGraph(t)
+	f := openLogic(t)
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"base": "shared"})
 	keep := branch(t, f, g.Node.NodeID, func(r string) { write(t, filepath.Join(r, "kept"), "keep me") })

@@ -19,8 +19,10 @@ import (
 
 	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/errdefs"
+	"github.com/esf-dev/esf/executor/fake"
 	"github.com/esf-dev/esf/internal/testenv"
 	"github.com/esf-dev/esf/journal"
+	fakemounter "github.com/esf-dev/esf/mounter/fake"
 )
 
 func requireMounts(t *testing.T) {
@@ -32,7 +34,31 @@ func requireMounts(t *testing.T) {
 // the projection, so no mount outlives the test.
 func openGraph(t *testing.T) *Fabric {
 	t.Helper()
-	f, err := Open(context.Background(), testOptions(t, Options{StateDir: t.TempDir()}))
+	return openGraphWith(t, Options{StateDir: t.TempDir()})
+}
+
+// openLogic is openGraph on the fake mounter and executor: the local
+// store and pebble stay, but nothing is mounted, so it runs as any user.
+// For tests of fabric's logic; the FR tests use the real components.
+func openLogic(t *testing.T) *Fabric {
+	t.Helper()
+	return openGraphWith(t, logicOptions(Options{StateDir: t.TempDir()}))
+}
+
+// logicOptions gives o the fake mounter and executor where it has none.
+func logicOptions(o Options) Options {
+	if o.Mounter == nil {
+		o.Mounter = fakemounter.New()
+	}
+	if o.Executor == nil {
+		o.Executor = fake.New()
+	}
+	return o
+}
+
+func openGraphWith(t *testing.T, o Options) *Fabric {
+	t.Helper()
+	f, err := Open(context.Background(), testOptions(t, o))
 	if err != nil {
 		t.Fatal(err)
 	}

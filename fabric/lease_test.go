@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/journal"
 )
 
@@ -15,13 +14,12 @@ import (
 // not a moment before, and a renewal moves the deadline; no test waits for
 // real time to pass.
 func TestLeaseExpiresOnTheInjectedClock(t *testing.T) {
-	requireMounts(t)
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	advance := func(d time.Duration) { clock.Add(int64(d)) }
 	ctx := context.Background()
-	f, err := Open(ctx, Options{StateDir: t.TempDir(), Now: now})
+	f, err := Open(ctx, logicOptions(Options{StateDir: t.TempDir(), Now: now}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +67,7 @@ func TestLeaseExpiresOnTheInjectedClock(t *testing.T) {
 	if n := expire(); n != 1 || state() != journal.AttemptFailed {
 		t.Fatalf("at the renewed deadline: %d expired, attempt %s; want 1, failed", n, state())
 	}
-	if delta.Mounted(a.Root) {
+	if f.mounter.Mounted(a.Root) {
 		t.Errorf("the expired attempt's root %s is still mounted", a.Root)
 	}
 	if n := expire(); n != 0 {

@@ -42,8 +42,7 @@ func write(t *testing.T, p, content string) {
 }
 
 func TestMerge(t *testing.T) {
-	requireMounts(t)
-	f := openGraph(t)
+	f := openLogic(t)
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"shared": "base", "a": "a", "b": "b", "c": "c"})
 	left := branch(t, f, g.Node.NodeID, func(r string) {

@@ -17,14 +17,13 @@ import (
 // attempt's root) writes into the attempt's delta; suspend seals it into
 // the child. A module past its timeout is deadline_exceeded.
 func TestWASIWritesAreSealed(t *testing.T) {
-	requireMounts(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	wrt, err := wasi.New(ctx, wasi.Options{CacheDir: filepath.Join(dir, "cache")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Open(ctx, Options{StateDir: filepath.Join(dir, "state"), WASI: wrt})
+	f, err := Open(ctx, logicOptions(Options{StateDir: filepath.Join(dir, "state"), WASI: wrt}))
 	if err != nil {
 		t.Fatal(err)
 	}
