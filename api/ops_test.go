@@ -80,8 +80,7 @@ func sealChild(t *testing.T, h *harness, parent string, files map[string]string)
 // body and the client's error; a clean one seals a node whose diff and
 // patch against each input show exactly the other's changes.
 func TestMergeDiffPatch(t *testing.T) {
-	requireMounts(t)
-	h := newHarness(t, 5*time.Second)
+	h := newHarness(t, 5*time.Second, onFakes)
 	ctx := context.Background()
 	g, err := h.client.CreateGroup(ctx, v1.CreateGroupRequest{Source: newSource(t, map[string]string{"a.txt": "base\n"})}, client.CallOptions{})
 	if err != nil {

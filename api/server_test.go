@@ -25,7 +25,9 @@ import (
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/local"
 	"github.com/esf-dev/esf/errdefs"
+	fakeexec "github.com/esf-dev/esf/executor/fake"
 	"github.com/esf-dev/esf/fabric"
+	fakemounter "github.com/esf-dev/esf/mounter/fake"
 )
 
 // syncBuffer collects the server's logs across goroutines.
@@ -57,6 +59,14 @@ type harness struct {
 	srv    *Server
 	stop   context.CancelFunc
 	done   chan error
+}
+
+// onFakes is a newHarness tweak for tests of the API's logic: the fabric
+// runs on the fake mounter and executor (plain directories, host
+// processes), so the test needs no root, FUSE, overlayfs or runc.
+func onFakes(o *fabric.Options) {
+	o.Mounter = fakemounter.New()
+	o.Executor = fakeexec.New()
 }
 
 func newHarness(t *testing.T, grace time.Duration, tweak ...func(*fabric.Options)) *harness {
