@@ -16,9 +16,11 @@ import (
 
 // Access is what internal/accessprobe saw for one path: the errno (0 when
 // allowed) of access(2) for R_OK, W_OK and X_OK, and of actually opening
-// and reading it (a file) or listing it (a directory).
+// and reading it (a file) or listing it (a directory); and the extended
+// attributes it may list, with the errno of reading each.
 type Access struct {
 	R, W, X, Read syscall.Errno
+	Xattrs        string
 }
 
 func (a Access) String() string {
@@ -28,7 +30,7 @@ func (a Access) String() string {
 		}
 		return unix.ErrnoName(e)
 	}
-	return fmt.Sprintf("r=%s w=%s x=%s read=%s", s(a.R), s(a.W), s(a.X), s(a.Read))
+	return fmt.Sprintf("r=%s w=%s x=%s read=%s xattrs=[%s]", s(a.R), s(a.W), s(a.X), s(a.Read), a.Xattrs)
 }
 
 // probeAs runs the access probe as uid and gid (with groups as

@@ -1,8 +1,10 @@
 // Command accessprobe reports what the user it runs as may do with each
 // path named on its command line, as JSON on stdout: for every path the
-// errno (0 when allowed) of access(2) for R_OK, W_OK and X_OK, and of
+// errno (0 when allowed) of access(2) for R_OK, W_OK and X_OK, of
 // actually reading it (a regular file: open and read one byte; a
-// directory: list it; anything else: 0). The kernel decides every answer
+// directory: list it; anything else: 0), and the extended attributes it
+// may list, each with the errno of reading its value (trusted.* is
+// root's alone). The kernel decides every answer
 // (mode bits, POSIX ACLs, read-only mounts), so two trees that should
 // behave alike must get the same answers.
 //
@@ -15,6 +17,8 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"sort"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +28,7 @@ import (
 // same fields.
 type access struct {
 	R, W, X, Read syscall.Errno
+	Xattrs        string // "name=errno" for each name llistxattr gives, sorted
 }
 
 func errnoOf(err error) syscall.Errno {
@@ -42,6 +47,7 @@ func probe(p string) access {
 	a.R = errnoOf(unix.Faccessat(unix.AT_FDCWD, p, unix.R_OK, 0))
 	a.W = errnoOf(unix.Faccessat(unix.AT_FDCWD, p, unix.W_OK, 0))
 	a.X = errnoOf(unix.Faccessat(unix.AT_FDCWD, p, unix.X_OK, 0))
+	a.Xattrs = xattrs(p)
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != nil {
 		a.Read = errnoOf(err)
@@ -60,6 +66,32 @@ func probe(p string) access {
 		a.Read = errnoOf(err)
 	}
 	return a
+}
+
+// xattrs lists the names of p's extended attributes that the caller may
+// list, sorted, each with the errno of reading its value; or the errno of
+// listing them.
+func xattrs(p string) string {
+	buf := make([]byte, 64<<10)
+	n, err := unix.Llistxattr(p, buf)
+	if err != nil {
+		return "list=" + unix.ErrnoName(errnoOf(err))
+	}
+	names := strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00")
+	sort.Strings(names)
+	var out []string
+	for _, name := range names {
+		if name == "" {
+			continue
+		}
+		_, err := unix.Lgetxattr(p, name, make([]byte, 64<<10))
+		e := "ok"
+		if err != nil {
+			e = unix.ErrnoName(errnoOf(err))
+		}
+		out = append(out, name+"="+e)
+	}
+	return strings.Join(out, " ")
 }
 
 func main() {
