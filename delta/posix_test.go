@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -82,11 +83,28 @@ func TestPosixPlan(t *testing.T) {
 	}
 }
 
-// posixRun is the outcome of a plan: which cases passed, and the output
-// of each.
+// posixRun is the outcome of a plan: which cases passed, the output of
+// each, and the directory each ran in.
 type posixRun struct {
 	passed map[string]bool
 	output map[string]string
+	dirs   map[string]string
+}
+
+// failureLine is a t.Error line in -test.v output: its source location
+// and message.
+var failureLine = regexp.MustCompile(`^\s+(\w+\.go:\d+): (.*)$`)
+
+// firstFailure is where case name first failed in run and what it said,
+// with the directory it ran in written as DIR: two runs that fail the
+// same check the same way give the same string.
+func firstFailure(run posixRun, name string) string {
+	for _, line := range strings.Split(run.output[name], "\n") {
+		if m := failureLine.FindStringSubmatch(line); m != nil {
+			return m[1] + ": " + strings.ReplaceAll(m[2], run.dirs[name], "DIR")
+		}
+	}
+	return "no failure reported"
 }
 
 // runPosixPlan runs the cases of dirs (case name to directory) in a child
@@ -107,7 +125,7 @@ func runPosixPlan(t *testing.T, dirs map[string]string) posixRun {
 	if err != nil {
 		t.Fatalf("posixtest child wrote no result (%v):\n%s", err, out)
 	}
-	run := posixRun{output: map[string]string{}}
+	run := posixRun{output: map[string]string{}, dirs: dirs}
 	if err := json.Unmarshal(b, &run.passed); err != nil {
 		t.Fatal(err)
 	}
@@ -129,10 +147,12 @@ func runPosixPlan(t *testing.T, dirs map[string]string) posixRun {
 // directory, and on plain overlayfs over that directory itself. Both must
 // agree on every case; a case that fails a second run on plain overlayfs
 // too (it creates what already exists, or appends to its own earlier
-// output) must fail on the attempt as well. The same cases then run on the
+// output) must fail on the attempt as well, at the same check with the
+// same message. The same cases then run on the
 // read-only projection of that node and on a read-only bind of the
 // directory, where they must agree too: every case that writes fails on
-// both (a read-only mount), and those that only read must pass on both.
+// both, alike (a read-only mount), and those that only read must pass on
+// both.
 func TestPosixOnLowerFiles(t *testing.T) {
 	testenv.Require(t, "root", "fuse", "overlay")
 	ctx := context.Background()
@@ -172,14 +192,21 @@ func TestPosixOnLowerFiles(t *testing.T) {
 			if !ok {
 				continue
 			}
-			if g := got.passed[name]; g != w {
+			g := got.passed[name]
+			switch {
+			case g != w:
 				t.Errorf("%s %s: passes on %s %v, on %s %v\n%s:\n%s\n%s:\n%s", what, name, wantName, w, gotName, g,
 					wantName, want.output[name], gotName, got.output[name])
-			} else if g {
+			case g:
 				both = append(both, name)
+			default:
+				// Failing on both is agreement only if both fail alike.
+				if wf, gf := firstFailure(want, name), firstFailure(got, name); wf != gf {
+					t.Errorf("%s %s: fails differently on %s (%s) and on %s (%s)", what, name, wantName, wf, gotName, gf)
+				}
 			}
 		}
-		t.Logf("%s: %d of %d cases pass on both (%s), the others fail on both", what, len(both), len(want.passed),
+		t.Logf("%s: %d of %d cases pass on both (%s), the others fail on both at the same check", what, len(both), len(want.passed),
 			strings.Join(both, " "))
 	}
 	compare("second run over lower files", "plain overlayfs", "the attempt", runPosixPlan(t, plain), runPosixPlan(t, ours))
