@@ -1,9 +1,11 @@
 package export
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -115,5 +117,57 @@ func TestToDirHoleOverDataIsCorrupt(t *testing.T) {
 	}
 	if left := tempLeftovers(t, dest); len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+// A tar export writes a sparse file's holes as zeros: a dense regular
+// member of the file's size (Go's archive/tar cannot write GNU sparse
+// members). What it holds reads the same as the file; only a directory
+// export keeps the holes on disk (docs/fidelity.md).
+func TestToTarWritesHolesAsZeros(t *testing.T) {
+	s := mem.New()
+	const size = 3<<20 + 1
+	content := make([]byte, size)
+	copy(content[1<<20:], "data at 1 MiB")
+	content[size-1] = 'x'
+	id, _ := putBlob(t, s, string(content))
+	e := cas.Entry{Type: cas.TypeFile, Attr: cas.Attr{Mode: 0o640}, Size: size, ID: id,
+		Holes: []cas.Hole{{Off: 0, Len: 1 << 20}, {Off: 1<<20 + 4096, Len: 2<<20 - 4096}}}
+	b := cas.NewBuilder(s, cas.ZeroID)
+	if err := b.Put(context.Background(), "sparse", e, ""); err != nil {
+		t.Fatal(err)
+	}
+	root, err := b.Write(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := ToTar(context.Background(), s, root, &buf, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&buf)
+	found := false
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name != "./sparse" {
+			continue
+		}
+		found = true
+		if h.Typeflag != tar.TypeReg || h.Size != size {
+			t.Errorf("member %s: type %q size %d, want a regular member of %d bytes", h.Name, h.Typeflag, h.Size, size)
+		}
+		got, err := io.ReadAll(tr)
+		if err != nil || !bytes.Equal(got, content) {
+			t.Errorf("member %s holds %d bytes, %v; want the file's content, zeros in its holes", h.Name, len(got), err)
+		}
+	}
+	if !found {
+		t.Error("no member ./sparse in the archive")
 	}
 }

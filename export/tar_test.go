@@ -18,6 +18,7 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/mem"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 func tarName(sp spec) string {
@@ -153,9 +154,10 @@ func TestToTarDeterministic(t *testing.T) {
 // tree that ToDir makes.
 func TestToTarExtractsWithGNUTar(t *testing.T) {
 	requireRoot(t)
+	testenv.Require(t, "cmd:tar")
 	gnutar, err := exec.LookPath("tar")
 	if err != nil {
-		t.Skip("no tar binary")
+		t.Fatal(err)
 	}
 	s := mem.New()
 	specs := sampleSpecs()

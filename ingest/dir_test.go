@@ -26,6 +26,7 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/mem"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // richTree fills root with everything the tree format holds that this
@@ -113,9 +114,7 @@ func must(t testing.TB, err error) {
 // gnuTar archives dir the way the import contract names.
 func gnuTar(t *testing.T, dir string) []byte {
 	t.Helper()
-	if _, err := exec.LookPath("tar"); err != nil {
-		t.Skip("GNU tar not installed")
-	}
+	testenv.Require(t, "cmd:tar")
 	cmd := exec.Command("tar", "--format=posix", "--xattrs", "--xattrs-include=*", "--numeric-owner",
 		"-C", dir, "-cf", "-", ".")
 	var stderr bytes.Buffer

@@ -119,7 +119,8 @@ func (a *app) exportCommand() *cli.Command {
 			"A --to ending in .tar, .tar.zst/.tzst or .tar.gz/.tgz streams a tar here,\n" +
 			"compressed by suffix, and writes the file atomically (it appears only\n" +
 			"complete). --format patch --base NODE writes a git patch from NODE to ID\n" +
-			"instead. --to - writes the tar or patch to stdout.\n\n" +
+			"instead. --to - writes the tar or patch to stdout. A directory keeps the\n" +
+			"holes of sparse files; a tar writes them as zeros (docs/fidelity.md).\n\n" +
 			"By default an export leaves out what could give privilege on this host:\n" +
 			"setuid/setgid bits of files, security.* xattrs (file capabilities) and\n" +
 			"device nodes; it says what it dropped. --preserve-privileged keeps them.\n\n" +
