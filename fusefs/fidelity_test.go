@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -105,7 +106,9 @@ func fidelityNodes() []node {
 		f("suid", 0o4755, "#!/bin/sh\necho suid\n"),
 		f("sgid", 0o2711, "#!/bin/sh\necho sgid\n"),
 		f("sticky-file", 0o1644, "sticky\n"),
-		withOwner(f("owned", 0o640, "owned by 1000\n"), ownerUID, ownerUID),
+		// Its owner appends to it: a copy-up by an unprivileged task must
+		// keep the trusted.* xattrs that task may not list.
+		withXattrs(withOwner(f("owned", 0o640, "owned by 1000\n"), ownerUID, ownerUID), "trusted.owned", "o"),
 		f("exec", 0o711, "#!/bin/sh\n"),
 		{path: "empty", typ: unix.S_IFREG, mode: 0o644},
 		withXattrs(f("acl-grant", 0o660, "granted by an ACL\n"), aclAccess, aclGrantUser),
@@ -200,6 +203,42 @@ func buildFidelityTree(t *testing.T, dir string) {
 	}
 }
 
+// userChanges are what unprivileged users do in an attempt, some allowed
+// (each copying up a lower file as that user), some refused: each runs as
+// its user (sh -c script, the root as $1) on both sides, before copyUps,
+// and must end the same way on both (exit status and message); ok says
+// which way, so the test knows it checks what it means to.
+var userChanges = []struct {
+	name     string
+	uid, gid uint32
+	groups   []uint32
+	script   string
+	ok       bool
+}{
+	{"append to a file an ACL lets the user write", testUID, testGID, []uint32{testGID + 1}, `printf + >>"$1/acl-grant"`, true},
+	{"append to a file an ACL keeps the user from", testUID, testGID, []uint32{testGID + 1}, `printf + >>"$1/acl-deny"`, false},
+	{"append to a 0000 file", testUID, testGID, nil, `printf + >>"$1/etc/shadow"`, false},
+	{"list a 0000 directory", testUID, testGID, nil, `ls "$1/closed"`, false},
+	{"append to one's own file with trusted xattrs", 1000, 1000, nil, `printf + >>"$1/owned"`, true},
+	{"delete another's file in a sticky directory", testUID, testGID, nil, `rm -f "$1/sticky/f"`, false},
+	{"create in a sticky directory", testUID, testGID, nil, `printf new >"$1/sticky/by-user"`, true},
+	{"rename one's own file in a sticky directory", 1000, 1000, nil, `mv "$1/sticky/f" "$1/sticky/f2"`, true},
+}
+
+// asUser runs script as uid with root as $1 and says how it ended: its
+// exit status and output, root written as ROOT.
+func asUser(uid, gid uint32, groups []uint32, script, root string) (ok bool, outcome string, err error) {
+	cmd := exec.Command("sh", "-c", script, "sh", root)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return false, "", err
+	}
+	return err == nil, fmt.Sprintf("exit %d: %s", cmd.ProcessState.ExitCode(), strings.ReplaceAll(string(out), root, "ROOT")), nil
+}
+
 // copyUps are the changes an attempt makes, each copying up a kind of
 // lower file: every one runs on both sides, and must succeed on both.
 var copyUps = []struct {
@@ -242,7 +281,7 @@ var copyUps = []struct {
 	{"set times", func(r string) error {
 		var errs []error
 		for i, p := range []string{"sparse", "grow", "hard1", "tri1", "closed/new", "closed", "acl-dir/new",
-			"acl-dir", "acl-grant", "etc", ""} {
+			"acl-dir", "acl-grant", "etc", "", "owned", "sticky/by-user", "sticky"} {
 			ts := fidelityTime(200 + i)
 			errs = append(errs, unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(r, p), []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW))
 		}
@@ -612,6 +651,19 @@ func TestFidelity(t *testing.T) {
 	// Attempts over each: the lower layer, then after copy-up.
 	plain, ours := overlayOn(t, src), overlayOn(t, project(imported.Root))
 	compareViews(t, "lower layer", plain.Root, ours.Root, false)
+	for _, c := range userChanges {
+		wantOK, want, err := asUser(c.uid, c.gid, c.groups, c.script, plain.Root)
+		if err != nil {
+			t.Fatalf("%s on plain overlayfs: %v", c.name, err)
+		}
+		if wantOK != c.ok {
+			t.Fatalf("%s on plain overlayfs: %s; the test expects ok=%v", c.name, want, c.ok)
+		}
+		_, got, err := asUser(c.uid, c.gid, c.groups, c.script, ours.Root)
+		if err != nil || got != want {
+			t.Errorf("%s as uid %d on the attempt: %s, %v; on plain overlayfs: %s", c.name, c.uid, got, err, want)
+		}
+	}
 	for _, c := range copyUps {
 		if err := c.do(plain.Root); err != nil {
 			t.Fatalf("%s on plain overlayfs: %v", c.name, err)
