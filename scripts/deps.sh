@@ -17,12 +17,13 @@ set -euo pipefail
 #   diffutils       diff -r in the end-to-end tests
 #   python3         the Python client's suite (e2e TestPython_Client)
 #   mypy            make lint: mypy --strict clients/python
+#   python3-venv, python3-pip  the Python client's packaging test: pip install into a venv, offline
 #   btrfs-progs     delta/: the disk pool that limits attempts' deltas (mkfs.btrfs, btrfs quota)
 #   chromium        e2e TestUI_Browser: the web view (esfctl ui) driven headless
 #   bash-static     e2b/: the /bin/bash the E2B SDKs run commands with, in the acceptance rootfs
 #   nodejs, npm     e2e/e2bsdk: the unmodified E2B JavaScript SDK drives the front door (only when
 #                   no npm is on PATH: a node from elsewhere, e.g. NodeSource, brings its own)
-packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils python3 mypy btrfs-progs bash-static chromium)
+packages=(runc fuse3 busybox-static attr tar git e2fsprogs zstd gzip diffutils python3 python3-venv python3-pip mypy btrfs-progs bash-static chromium)
 
 missing=()
 for p in "${packages[@]}"; do
