@@ -22,7 +22,8 @@ from .records import (AttemptRuntime, AttemptView, Change, Chunk, CollectReport,
                       DiffResult, Dropped, Evaluation, Event, EvidenceResult, ExecResult, ExportResult,
                       FsckResult, Group, GroupView, ImportResult, Inspection, Lease, MergeResult,
                       MountResult, Node, NodeView, Problem, Provenance, ProvenanceRecord,
-                      ProvenanceReport, Status, SuspendResult, Tree, TreeNode)
+                      ProvenanceReport, RemoteCollectReport, RemoteStatus, Status, SuspendResult,
+                      Tree, TreeNode, Worker, Workers)
 
 __version__ = "0.1.0"
 
@@ -35,5 +36,6 @@ __all__ = [
     "DiffResult", "Dropped", "Evaluation", "Event", "EvidenceResult", "ExecResult", "ExportResult",
     "FsckResult", "Group", "GroupView", "ImportResult", "Inspection", "Lease", "MergeResult",
     "MountResult", "Node", "NodeView", "Problem", "Provenance", "ProvenanceRecord",
-    "ProvenanceReport", "Status", "SuspendResult", "Tree", "TreeNode",
+    "ProvenanceReport", "RemoteCollectReport", "RemoteStatus", "Status", "SuspendResult", "Tree",
+    "TreeNode", "Worker", "Workers",
 ]

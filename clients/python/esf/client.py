@@ -21,7 +21,7 @@ from .records import (AttemptView, Chunk, CollectReport, CreateGroupResult, Diff
                       Dropped, Event, EvidenceResult, ExecResult, ExportResult, ForkResult, FsckResult,
                       GroupView, Group, ImportResult, Inspection, Lease, MergeResult, MountResult,
                       Node, NodeView, PruneResult, ProvenanceRecord, ProvenanceReport, Status,
-                      SuspendResult, Tree)
+                      SuspendResult, Tree, Workers)
 
 DEFAULT_SOCKET = "/var/lib/esf/esfd.sock"
 
@@ -300,6 +300,10 @@ class Client:
         """The daemon's version, state dir and object store tally."""
         return Status.from_json(self._json("GET", "/v1/status"))
 
+    def workers(self) -> Workers:
+        """The workers of the graph, their capacity and load."""
+        return Workers.from_json(self._json("GET", "/v1/workers"))
+
     def fsck(self, remote: bool = False) -> FsckResult:
         """Re-hash every stored object; damage is in the result's ``bad``.
         remote: check instead that every reachable object is in the remote
@@ -378,12 +382,14 @@ class Client:
 
     def create_group(self, source: Optional[str] = None, *, root_id: Optional[str] = None,
                      tar: Optional["Upload"] = None,
-                     policy: Any = None, logical_state: Any = None,
+                     policy: Any = None, logical_state: Any = None, name: Optional[str] = None,
                      idempotency_key: Optional[str] = None) -> CreateGroupResult:
         """Create a group from a directory (or tar, or OCI image) at
         ``source``, an absolute path on the daemon's host; from ``tar``, a tar
         on this machine; or from ``root_id``, a stored root. The root node is
-        sealed and canonical; the generation is 1."""
+        sealed and canonical; the generation is 1. ``name``, if given, names
+        the group for good: unique in the graph (Conflict if taken), 1..128
+        of [A-Za-z0-9._-]."""
         if sum(x is not None for x in (source, root_id, tar)) != 1:
             raise InvalidArgument("create_group: give one of source, root_id, tar")
         if tar is not None:
@@ -392,7 +398,7 @@ class Client:
         return CreateGroupResult.from_json(self._json("POST", "/v1/groups", {
             "root_id": root_id or "", "source": self._hostpath(source) if not root_id else source,
             "policy": policy,
-            "logical_state": logical_state}, mutation=True, key=idempotency_key))
+            "logical_state": logical_state, "name": name}, mutation=True, key=idempotency_key))
 
     def fork(self, node: NodeRef, n: int = 1, *, logical_state: Any = None,
              idempotency_key: Optional[str] = None) -> List[Node]:
@@ -477,11 +483,19 @@ class Client:
                  memory_bytes: Optional[int] = None, pids: Optional[int] = None,
                  cpus: Optional[float] = None, env: Optional[Sequence[str]] = None,
                  workdir: Optional[str] = None, user: Optional[str] = None,
+                 disk_bytes: Optional[int] = None, cap_add: Optional[Sequence[str]] = None,
+                 labels: Optional[Mapping[str, str]] = None, worker: Optional[str] = None,
                  no_queue: bool = False, wait: bool = False, wait_timeout: float = 600.0,
                  idempotency_key: Optional[str] = None) -> "Attempt":
         """Lease a draft or sealed node for a new attempt and mount its
-        writable root. executor is none or runc (limits: memory_bytes, pids,
-        cpus; env, workdir and user are defaults of its execs). Over the
+        writable root. executor is none, runc or wasi. memory_bytes (reserved
+        against the daemon's memory quota) and disk_bytes (what the
+        attempt's delta may hold: past it writes fail with EDQUOT) bound any
+        attempt; a runc attempt also takes pids, cpus and cap_add (dropped
+        capabilities given back, as the daemon's policy allows), and env,
+        workdir and user as defaults of its execs. labels are the caller's
+        data kept on the attempt and in the provenance of what it seals;
+        worker pins the attempt to one worker of the graph. Over the
         daemon's quota the attempt is queued (state "queued") unless
         no_queue (then QuotaExceeded); with wait, activate returns once it
         is active. Use it as a context manager: ``with c.activate(n) as a:``
@@ -490,6 +504,8 @@ class Client:
             "node_id": _id(node), "executor": executor, "ttl_ms": ttl_ms, "root": self._hostpath(root),
             "retry_of": retry_of, "memory_bytes": memory_bytes, "pids": pids, "cpus": cpus,
             "env": list(env) if env else None, "workdir": workdir, "user": user,
+            "disk_bytes": disk_bytes, "cap_add": list(cap_add) if cap_add else None,
+            "labels": dict(labels) if labels else None, "worker": worker,
             "no_queue": no_queue or None}, mutation=True, key=idempotency_key))
         a = Attempt(self, av)
         if wait:
@@ -539,20 +555,26 @@ class Client:
     def exec(self, attempt: AttemptRef, args: Sequence[str], *, stdin: Optional[StdinSource] = None,
              env: Optional[Sequence[str]] = None, workdir: Optional[str] = None,
              user: Optional[str] = None, timeout_ms: Optional[int] = None,
+             module: Optional[str] = None, memory_limit_pages: Optional[int] = None,
              check: bool = False) -> ExecResult:
         """Run a command in an active attempt and return how it ended with
         its stdout and stderr. check raises ExecFailed on a nonzero exit.
         A command that did not end by itself (timeout_ms) raises
-        DeadlineExceeded."""
+        DeadlineExceeded. In a wasi attempt args[0] is a module in the
+        attempt's root, or ``module`` names one stored in the content
+        store (an id from put_evidence); memory_limit_pages caps its memory
+        (64 KiB pages)."""
         out: List[bytes] = []
         err: List[bytes] = []
         with self.exec_stream(attempt, args, stdin=stdin, env=env, workdir=workdir, user=user,
-                              timeout_ms=timeout_ms) as s:
+                              timeout_ms=timeout_ms, module=module,
+                              memory_limit_pages=memory_limit_pages) as s:
             for c in s:
                 (out if c.stream == "stdout" else err).append(c.data)
             if s.result is None:  # the iteration ends only at the exit frame
                 raise make_error("internal", "exec: no result")
-            res = ExecResult(s.result.exit_code, s.result.ms, b"".join(out), b"".join(err))
+            res = ExecResult(s.result.exit_code, s.result.ms, b"".join(out), b"".join(err),
+                             s.result.oom_killed)
         if check and res.exit_code != 0:
             raise ExecFailed(args, res)
         return res
@@ -561,6 +583,7 @@ class Client:
                     stdin: Union[None, bool, StdinSource] = None,
                     env: Optional[Sequence[str]] = None, workdir: Optional[str] = None,
                     user: Optional[str] = None, timeout_ms: Optional[int] = None,
+                    module: Optional[str] = None, memory_limit_pages: Optional[int] = None,
                     tty: bool = False, rows: int = 0, cols: int = 0) -> "ExecStream":
         """Start a command and stream it: iterate the ExecStream for output
         Chunks as they come; ``result`` is set once the iteration ends.
@@ -569,7 +592,8 @@ class Client:
         ``close_stdin()``. Leaving the stream early (close) kills the command."""
         req: Dict[str, Any] = {"attempt_id": _id(attempt), "args": list(args)}
         for k, v in (("env", list(env) if env else None), ("workdir", workdir), ("user", user),
-                     ("timeout_ms", timeout_ms)):
+                     ("timeout_ms", timeout_ms), ("module", module),
+                     ("memory_limit_pages", memory_limit_pages)):
             if v is not None:
                 req[k] = v
         if tty:
@@ -939,7 +963,8 @@ class ExecStream:
                                          trace_id=self._call.trace_id)
                     if not isinstance(d, dict):
                         raise make_error("internal", "exec: bad exit frame", trace_id=self._call.trace_id)
-                    self.result = ExecResult(int(d.get("exit_code", 0)), int(d.get("ms", 0)))
+                    self.result = ExecResult(int(d.get("exit_code", 0)), int(d.get("ms", 0)),
+                                             oom_killed=d.get("oom_killed") is True)
         finally:
             self.close()
 

@@ -37,6 +37,11 @@ def _ls(d: JSONObject, k: str) -> List[str]:
     return [x for x in v if isinstance(x, str)] if isinstance(v, list) else []
 
 
+def _labels(d: JSONObject) -> Dict[str, str]:
+    v = d.get("labels")
+    return {k: x for k, x in v.items() if isinstance(x, str)} if isinstance(v, dict) else {}
+
+
 def _obj(d: JSONObject, k: str) -> Optional[JSONObject]:
     v = d.get(k)
     return v if isinstance(v, dict) else None
@@ -48,18 +53,78 @@ def _objs(d: JSONObject, k: str) -> List[JSONObject]:
 
 
 @dataclass
+class RemoteStatus:
+    """The remote content store (esfd --cas-remote) and its local cache:
+    durability is sync or async; the queue is what waits for upload (async)
+    and its last failure; the counters run since the daemon started;
+    cache_size is the cache's bound (0: none), cache_used what it holds."""
+    location: str
+    durability: str
+    queue_files: int = 0
+    queue_objects: int = 0
+    queue_error: str = ""
+    fetches: int = 0
+    fetched_bytes: int = 0
+    uploads: int = 0
+    uploaded_bytes: int = 0
+    corrupt_fetches: int = 0
+    evictions: int = 0
+    cache_size: int = 0
+    cache_used: int = 0
+
+    @classmethod
+    def from_json(cls, d: JSONObject) -> "RemoteStatus":
+        return cls(_s(d, "location"), _s(d, "durability"), _i(d, "queue_files"), _i(d, "queue_objects"),
+                   _s(d, "queue_error"), _i(d, "fetches"), _i(d, "fetched_bytes"), _i(d, "uploads"),
+                   _i(d, "uploaded_bytes"), _i(d, "corrupt_fetches"), _i(d, "evictions"),
+                   _i(d, "cache_size"), _i(d, "cache_used"))
+
+
+@dataclass
 class Status:
     version: str
     state_dir: str
     objects: int
     bytes: int
-    # The remote content store (esfd --cas-remote) as esfd reports it
-    # (location, durability, queue, counters); None without one.
-    remote: Optional[JSONObject] = None
+    # The remote content store (esfd --cas-remote); None without one.
+    remote: Optional[RemoteStatus] = None
 
     @classmethod
     def from_json(cls, d: JSONObject) -> "Status":
-        return cls(_s(d, "version"), _s(d, "state_dir"), _i(d, "objects"), _i(d, "bytes"), _obj(d, "remote"))
+        r = _obj(d, "remote")
+        return cls(_s(d, "version"), _s(d, "state_dir"), _i(d, "objects"), _i(d, "bytes"),
+                   RemoteStatus.from_json(r) if r is not None else None)
+
+
+@dataclass
+class Worker:
+    """One worker of the graph: its id, API address, capacity (live attempts
+    at once, 0 unbounded) and load; self_ marks the one that answered (the
+    JSON field ``self``)."""
+    id: str
+    capacity: int
+    live: int
+    addr: str = ""
+    started: str = ""
+    ttl_ms: int = 0
+    self_: bool = False
+
+    @classmethod
+    def from_json(cls, d: JSONObject) -> "Worker":
+        return cls(_s(d, "id"), _i(d, "capacity"), _i(d, "live"), _s(d, "addr"), _s(d, "started"),
+                   _i(d, "ttl_ms"), _b(d, "self"))
+
+
+@dataclass
+class Workers:
+    """The workers of the graph; fenced says the answering worker lost its
+    registration (it can change nothing: restart it)."""
+    workers: List[Worker]
+    fenced: bool = False
+
+    @classmethod
+    def from_json(cls, d: JSONObject) -> "Workers":
+        return cls([Worker.from_json(w) for w in _objs(d, "workers")], _b(d, "fenced"))
 
 
 @dataclass
@@ -83,29 +148,34 @@ class ImportResult:
 
 @dataclass
 class FsckResult:
+    """bad: damaged objects; missing (fsck(remote=True) only): reachable
+    objects the remote content store lacks."""
     checked: int
     bytes: int
     vanished: int
     bad: List[str]
+    missing: List[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: JSONObject) -> "FsckResult":
-        return cls(_i(d, "checked"), _i(d, "bytes"), _i(d, "vanished"), _ls(d, "bad"))
+        return cls(_i(d, "checked"), _i(d, "bytes"), _i(d, "vanished"), _ls(d, "bad"), _ls(d, "missing"))
 
 
 @dataclass
 class Group:
+    """A group; name is "" unless create_group named it."""
     group_id: str
     root_node_id: str
     canonical_node_id: str
     generation: int
     created_at: str
     policy: Any = None
+    name: str = ""
 
     @classmethod
     def from_json(cls, d: JSONObject) -> "Group":
         return cls(_s(d, "group_id"), _s(d, "root_node_id"), _s(d, "canonical_node_id"),
-                   _i(d, "generation"), _s(d, "created_at"), d.get("policy"))
+                   _i(d, "generation"), _s(d, "created_at"), d.get("policy"), _s(d, "name"))
 
 
 @dataclass
@@ -117,7 +187,7 @@ class GroupView(Group):
     def from_json(cls, d: JSONObject) -> "GroupView":
         g = Group.from_json(d)
         return cls(g.group_id, g.root_node_id, g.canonical_node_id, g.generation, g.created_at,
-                   g.policy, _i(d, "nodes"))
+                   g.policy, g.name, _i(d, "nodes"))
 
 
 @dataclass
@@ -259,6 +329,7 @@ class AttemptView:
     lease: Optional[Lease] = None
     runtime: Optional[AttemptRuntime] = None
     root: str = ""
+    labels: Dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, d: JSONObject) -> "AttemptView":
@@ -268,7 +339,8 @@ class AttemptView:
                    _s(d, "state"), _s(d, "created_at"), _s(d, "updated_at"), _s(d, "lease_id"),
                    _s(d, "retry_of"), _s(d, "result_node_id"), _s(d, "error"),
                    Lease.from_json(lease) if lease is not None else None,
-                   AttemptRuntime.from_json(rt) if rt is not None else None, _s(d, "root"))
+                   AttemptRuntime.from_json(rt) if rt is not None else None, _s(d, "root"),
+                   _labels(d))
 
     @property
     def live(self) -> bool:
@@ -445,8 +517,32 @@ class ProvenanceRecord:
         return _s(self.raw, "group_id")
 
     @property
+    def version(self) -> int:
+        return _i(self.raw, "version")
+
+    @property
+    def parents(self) -> List[str]:
+        return _ls(self.raw, "parents")
+
+    @property
     def ancestry(self) -> List[str]:
         return _ls(self.raw, "ancestry")
+
+    @property
+    def origin(self) -> Optional[Provenance]:
+        """How the node came to be (its provenance), None for a bare root."""
+        o = _obj(self.raw, "origin")
+        return Provenance.from_json(o) if o is not None else None
+
+    @property
+    def policy(self) -> Any:
+        return self.raw.get("policy")
+
+    @property
+    def attempt(self) -> Optional["AttemptView"]:
+        """The attempt whose seal made the node, None if none did."""
+        a = _obj(self.raw, "attempt")
+        return AttemptView.from_json(a) if a is not None else None
 
     @property
     def export(self) -> JSONObject:
@@ -516,6 +612,23 @@ class ProvenanceReport:
 
 
 @dataclass
+class RemoteCollectReport:
+    """What a collection of the remote content store did (or would do)."""
+    examined: int = 0
+    deleted: int = 0
+    bytes_reclaimed: int = 0
+    packs_rewritten: int = 0
+    packs_deleted: int = 0
+    orphans_deleted: int = 0
+    kept_young: int = 0
+
+    @classmethod
+    def from_json(cls, d: JSONObject) -> "RemoteCollectReport":
+        return cls(_i(d, "examined"), _i(d, "deleted"), _i(d, "bytes_reclaimed"), _i(d, "packs_rewritten"),
+                   _i(d, "packs_deleted"), _i(d, "orphans_deleted"), _i(d, "kept_young"))
+
+
+@dataclass
 class CollectReport:
     examined: int
     live: int
@@ -525,12 +638,14 @@ class CollectReport:
     dry_run: bool
     ms: int
     # A remote collection's report (gc(remote=True)); None otherwise.
-    remote: Optional[JSONObject] = None
+    remote: Optional[RemoteCollectReport] = None
 
     @classmethod
     def from_json(cls, d: JSONObject) -> "CollectReport":
+        r = _obj(d, "remote")
         return cls(_i(d, "examined"), _i(d, "live"), _i(d, "deleted"), _i(d, "bytes_reclaimed"),
-                   _i(d, "spared"), _b(d, "dry_run"), _i(d, "ms"), _obj(d, "remote"))
+                   _i(d, "spared"), _b(d, "dry_run"), _i(d, "ms"),
+                   RemoteCollectReport.from_json(r) if r is not None else None)
 
 
 @dataclass
@@ -576,6 +691,9 @@ class ExecResult:
     ms: int
     stdout: bytes = b""
     stderr: bytes = b""
+    # The kernel's OOM killer ended the command (exit 137): the attempt
+    # hit its memory limit.
+    oom_killed: bool = False
 
     @property
     def ok(self) -> bool:

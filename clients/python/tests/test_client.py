@@ -65,7 +65,8 @@ def wait_until(what: str, cond: Callable[[], bool], timeout: float = 120.0) -> N
 
 
 def image_tar(extra: Optional[Dict[str, bytes]] = None) -> bytes:
-    """A root with a static busybox and its applets under /bin."""
+    """A root with a static busybox and its applets under /bin (and the
+    files of extra; executable when named *.wasm)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
         for d in ("bin", "etc", "tmp", "work"):
@@ -83,9 +84,46 @@ def image_tar(extra: Optional[Dict[str, bytes]] = None) -> bytes:
             tf.addfile(ti)
         for name, content in (extra or {}).items():
             ti = tarfile.TarInfo(name)
-            ti.size, ti.mode = len(content), 0o644
+            ti.size, ti.mode = len(content), 0o755 if name.endswith(".wasm") else 0o644
             tf.addfile(ti, io.BytesIO(content))
     return buf.getvalue()
+
+
+def _uleb(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _vec(*items: bytes) -> bytes:
+    return _uleb(len(items)) + b"".join(items)
+
+
+def _name(s: str) -> bytes:
+    return _uleb(len(s)) + s.encode()
+
+
+def _section(sid: int, content: bytes) -> bytes:
+    return bytes([sid]) + _uleb(len(content)) + content
+
+
+def exit_module(code: int) -> bytes:
+    """A WASI command that calls proc_exit(code) at once (0 <= code < 64),
+    as wasi/wasitest.ExitModule."""
+    body = b"\x00" + b"\x41" + bytes([code]) + b"\x10\x00" + b"\x0b"
+    return (b"\x00asm\x01\x00\x00\x00"
+            + _section(1, _vec(b"\x60\x01\x7f\x00", b"\x60\x00\x00"))
+            + _section(2, _vec(_name("wasi_snapshot_preview1") + _name("proc_exit") + b"\x00\x00"))
+            + _section(3, _vec(b"\x01"))
+            + _section(5, _vec(b"\x00\x01"))
+            + _section(7, _vec(_name("_start") + b"\x00\x01", _name("memory") + b"\x02\x00"))
+            + _section(10, _vec(_uleb(len(body)) + body)))
 
 
 class DaemonTest(unittest.TestCase):
@@ -148,10 +186,24 @@ class TestDaemon(DaemonTest):
             with self.assertRaises(esf.FailedPrecondition):
                 self.c.gc(remote=True, dry_run=True)
         else:
-            self.assertIn("location", st.remote)
+            self.assertTrue(st.remote.location)
             self.assertEqual(self.c.fsck(remote=True).bad, [])
             rep = self.c.gc(remote=True, remote_grace=3600, dry_run=True)
             self.assertIsNotNone(rep.remote)
+
+
+    def test_workers(self) -> None:
+        ws = self.c.workers()
+        self.assertIsInstance(ws, esf.Workers)
+        self.assertFalse(ws.fenced)
+        [w] = ws.workers  # a daemon without a shared graph is its only worker
+        self.assertTrue(w.id)
+        self.assertTrue(w.self_)
+        self.assertEqual(w.capacity, MAX_ATTEMPTS)
+        g = self.group()
+        with self.c.activate(self.c.fork(g.node)[0], worker=w.id) as a:
+            self.assertEqual(a.state, "active")
+            self.assertGreaterEqual(self.c.workers().workers[0].live, 1)
 
 
 class TestGraph(DaemonTest):
@@ -199,6 +251,18 @@ class TestGraph(DaemonTest):
         self.assertEqual(by_path.root_id, fromtar.node.root_id)
         with self.assertRaises(esf.InvalidArgument):
             self.c.import_tar(os.path.join(self.tmpdir(), "missing.tar"))
+
+    def test_group_name(self) -> None:
+        name = f"py-named-{time.time_ns()}"
+        g = self.c.create_group(self.tree_dir({"n": "1\n"}), name=name)
+        self.assertEqual(g.group.name, name)
+        self.assertEqual(self.c.group(g.group).name, name)
+        self.assertEqual(self.c.tree(g.group).group.name, name)
+        self.assertEqual(self.group().group.name, "")
+        with self.assertRaises(esf.Conflict):  # names are unique in the graph
+            self.c.create_group(root_id=g.node.root_id, name=name)
+        with self.assertRaises(esf.InvalidArgument):
+            self.c.create_group(root_id=g.node.root_id, name="no spaces")
 
     def test_fork_inspect_tree_prune(self) -> None:
         g = self.group()
@@ -338,6 +402,11 @@ class TestGraph(DaemonTest):
         self.assertTrue(os.path.exists(r.provenance))
         self.assertEqual(r.record.node_id, node.node_id)
         self.assertEqual(r.record.ancestry, [g.node.node_id])
+        self.assertEqual(r.record.parents, [g.node.node_id])
+        self.assertGreaterEqual(r.record.version, 1)
+        assert r.record.origin is not None and r.record.attempt is not None
+        self.assertEqual(r.record.origin.op, "seal")
+        self.assertEqual(r.record.attempt.attempt_id, a.attempt_id)
         self.assertEqual([e.evaluator for e in r.record.evaluations], ["review"])
         rep = self.c.verify_provenance(r.record)
         self.assertTrue(rep.valid, rep.problems)
@@ -417,6 +486,21 @@ class TestAttempts(DaemonTest):
             with self.c.activate(node) as c:
                 raise RuntimeError("the rollout failed")
         self.assertEqual(self.c.attempt(c.attempt_id).state, "released")
+
+    def test_labels_kept_with_the_attempt_and_its_provenance(self) -> None:
+        g = self.group()
+        kid = self.c.fork(g.node)[0]
+        labels = {"rollout": "17", "policy": "uniform@1"}
+        with self.c.activate(kid, labels=labels) as a:
+            self.assertEqual(a.labels, labels)
+            self.assertEqual(self.c.attempt(a).labels, labels)
+            node = a.suspend()
+        r = self.c.export(node, os.path.join(self.tmpdir(), "out"))
+        assert r.record.attempt is not None
+        self.assertEqual(r.record.attempt.labels, labels)
+        self.assertTrue(self.c.verify_provenance(r.record).valid)
+        with self.assertRaises(esf.InvalidArgument):
+            self.c.activate(kid, labels={"": "empty key"})
 
     def test_suspend_keep_running_renew_retry(self) -> None:
         g = self.group()
@@ -707,6 +791,39 @@ class TestExec(RuncTest):
             a.exec(["/bin/sleep", "30"], timeout_ms=300)
         with self.assertRaises(esf.NotFound):
             self.c.exec("att_" + "0" * 26, ["/bin/true"])
+
+    def test_limits_memory_disk_and_capabilities(self) -> None:
+        kid = self.c.fork(self.img.node)[0]
+        with self.c.activate(kid, "runc", memory_bytes=32 << 20, disk_bytes=4 << 20) as a:
+            r = a.exec(["/bin/busybox", "dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"])
+            self.assertEqual((r.exit_code, r.oom_killed), (137, True))
+            self.assertFalse(a.exec(["/bin/sh", "-c", "kill -9 $$"]).oom_killed)
+            r = a.exec(["/bin/busybox", "dd", "if=/dev/zero", "of=/work/big", "bs=1M", "count=32"])
+            self.assertNotEqual(r.exit_code, 0)
+            self.assertRegex(r.stderr.decode(), "quota|space")
+        # The container runs in a user namespace, where no capability
+        # makes device nodes: read the effective set instead.
+        def cap_mknod(a: esf.Attempt) -> bool:
+            status = a.exec(["/bin/cat", "/proc/self/status"], check=True).stdout.decode()
+            [eff] = [ln.split()[1] for ln in status.splitlines() if ln.startswith("CapEff:")]
+            return bool(int(eff, 16) & (1 << 27))  # CAP_MKNOD
+        with self.c.activate(kid, "runc") as a:
+            self.assertFalse(cap_mknod(a))  # dropped by default
+        with self.c.activate(kid, "runc", cap_add=["CAP_MKNOD"]) as a:
+            self.assertTrue(cap_mknod(a))
+        with self.assertRaises(esf.InvalidArgument):
+            self.c.activate(kid, "runc", cap_add=["CAP_SYS_ADMIN"])
+
+    def test_wasi_module_from_the_root_and_the_store(self) -> None:
+        g = self.c.create_group(tar=image_tar({"exit7.wasm": exit_module(7)}))
+        stored = self.c.put_evidence(exit_module(9))
+        with self.c.activate(self.c.fork(g.node)[0], "wasi") as a:
+            self.assertEqual(a.executor, "wasi")
+            self.assertEqual(a.exec(["/exit7.wasm"]).exit_code, 7)
+            r = a.exec(["prog"], module=stored.id, memory_limit_pages=16)
+            self.assertEqual(r.exit_code, 9)
+            with self.assertRaises(esf.InvalidArgument):
+                a.exec(["prog"], module="not-an-id")
 
     def test_exec_stream_with_stdin(self) -> None:
         a = self.runc_attempt()
