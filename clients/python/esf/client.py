@@ -842,7 +842,9 @@ class ExecStream:
         self._end_sent = False
         self._source: Optional[Iterator[bytes]] = None
         self._closed = False
-        call = _Call(False, None)
+        # A key like any mutation's (never retried: a command is not
+        # idempotent, and the daemon does not replay one).
+        call = _Call(True, None)
         self._call = call
         body = json.dumps(req).encode()
         ep = client._endpoint

@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 import unittest
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -612,6 +612,7 @@ class DroppingProxy:
         self.drops = 0
         self.hold = False  # swallow replies and keep the connection open
         self.requests = 0
+        self.sent: List[bytearray] = []  # what each connection sent up
         self.lock = threading.Lock()
         self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.srv.bind(path)
@@ -653,6 +654,9 @@ class DroppingProxy:
             threading.Thread(target=self._down, args=(c, u), daemon=True).start()
 
     def _up(self, c: socket.socket, u: socket.socket) -> None:
+        sent = bytearray()
+        with self.lock:
+            self.sent.append(sent)
         try:
             while True:
                 b = c.recv(65536)
@@ -660,6 +664,7 @@ class DroppingProxy:
                     break
                 with self.lock:
                     self.requests += b.count(b" HTTP/1.1\r\n")
+                    sent += b
                 u.sendall(b)
         except OSError:
             pass
@@ -710,6 +715,62 @@ class TestIdempotency(DaemonTest):
         made = self.c.fork(g.node)[0]
         self.assertTrue(made.provenance.idempotency_key.startswith("py-"))
         self.assertNotEqual(made.provenance.idempotency_key, key)
+
+    def test_every_mutation_sends_a_key(self) -> None:
+        """Every POST the client makes carries an Idempotency-Key it made up
+        ("py-...") or was given; the daemon would make one up ("api-...")
+        for a request without, and the event log shows the key of each."""
+        proxy = DroppingProxy(SOCKET, os.path.join(self.tmpdir(), "proxy.sock"))
+        self.addCleanup(proxy.close)
+        pc = esf.Client(socket=proxy.path)
+        self.addCleanup(pc.close)
+        img = pc.create_group(tar=image_tar(), policy={"p": 1})
+        g = pc.create_group(self.tree_dir({"k": "0\n"}), name=f"py-keys-{time.time_ns()}")
+        kids = pc.fork(g.node, n=4)
+        with pc.activate(kids[0]) as a1:
+            a_node = a1.suspend()
+        with pc.activate(kids[1]) as a2:
+            with open(os.path.join(a2.root, "b"), "w") as f:
+                f.write("2")
+            b_node = a2.suspend()
+        ev = pc.put_evidence(b"evidence %d" % time.time_ns())
+        pc.evaluate(a_node, "keys@1", 1.0, evidence=[ev.id], backprop=True)
+        m = pc.merge([a_node, b_node])
+        pc.promote(g.group, m.node, expected_generation=1)
+        with pc.activate(kids[2]) as att:
+            att.renew(ttl_ms=60000)
+            att.suspend(keep_running=True)
+        pc.retry(att).release()
+        d = self.tmpdir()
+        pc.mount(m.node, d, rw=True)
+        pc.umount(d)
+        pc.prune(kids[3])
+        with pc.activate(pc.fork(img.node)[0], "runc") as r:
+            r.exec(["/bin/true"], check=True)
+            r.exec(["/bin/cat"], stdin=b"in", check=True)
+        pc.export(m.node, os.path.join(self.tmpdir(), "out"))
+        pc.import_source(self.tree_dir({"i": "1\n"}))
+        pc.fsck()
+        pc.gc(dry_run=True)
+        pc.verify_provenance(b"{}")
+
+        with proxy.lock:
+            sent = b"".join(bytes(x) for x in proxy.sent)
+        heads: List[Tuple[bytes, bytes]] = re.findall(rb"POST (/v1/[^ ?]*)[^ ]* HTTP/1\.1\r\n(.*?)\r\n\r\n", sent, re.S)
+        posted = {p.decode() for p, _ in heads}
+        for want in ("/v1/groups", "/v1/import", "/v1/fork", "/v1/activate", "/v1/suspend", "/v1/release",
+                     "/v1/retry", "/v1/renew", "/v1/evaluate", "/v1/evidence", "/v1/merge", "/v1/promote",
+                     "/v1/prune", "/v1/mount", "/v1/umount", "/v1/exec", "/v1/export-node", "/v1/fsck",
+                     "/v1/gc", "/v1/verify-provenance"):
+            self.assertIn(want, posted)
+        for path, head in heads:
+            keys = re.findall(rb"^Idempotency-Key: (\S+)\r?$", head, re.M)
+            if path == b"/v1/verify-provenance":
+                continue  # a check, not a mutation
+            self.assertEqual(len(keys), 1, path)
+            self.assertTrue(keys[0].startswith(b"py-"), (path, keys))
+        events = list(self.c.events(group=g.group.group_id))
+        self.assertEqual({e.idempotency_key[:3] for e in events}, {"py-"})
 
     def test_lost_reply_is_retried_and_applied_once(self) -> None:
         g = self.group()
