@@ -1033,6 +1033,39 @@ class TestNetwork(DaemonTest):
             self.assertEqual(cm.exception.status, 401)
 
 
+class TestReadme(DaemonTest):
+    def test_quick_start_runs_as_written(self) -> None:
+        """README.md's quick start, with a project of our own for its
+        /srv/project: a root with a shell and a make whose test passes."""
+        need(os.path.exists(BUSYBOX), "no static busybox for the project's root")
+        with open(os.path.join(HERE, "..", "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        m = re.search(r"## Quick start\n\n```python\n(.*?)```", readme, re.S)
+        assert m is not None, "README.md: no quick start"
+        code = m.group(1)
+        self.assertIn('"/srv/project"', code)
+        project = self.tmpdir()
+        os.makedirs(os.path.join(project, "bin"))
+        shutil.copy(BUSYBOX, os.path.join(project, "bin", "busybox"))
+        os.symlink("busybox", os.path.join(project, "bin", "sh"))
+        with open(os.path.join(project, "bin", "make"), "w") as f:
+            f.write("#!/bin/sh\n[ \"$1\" = test ] && echo tests passed > /tests.log\n")
+        os.chmod(os.path.join(project, "bin", "make"), 0o755)
+        ns: Dict[str, object] = {}
+        with mock.patch.dict(os.environ, {"ESF_SOCKET": SOCKET, "ESF_HOST": ""}):
+            exec(compile(code.replace('"/srv/project"', repr(project)), "README.md", "exec"), ns)
+        c, r, node, tree = ns["c"], ns["r"], ns["node"], ns["tree"]
+        assert isinstance(c, esf.Client) and isinstance(r, esf.ExecResult)
+        assert isinstance(node, esf.Node) and isinstance(tree, esf.Tree)
+        self.addCleanup(c.close)
+        self.assertTrue(r.ok, r.stderr)
+        self.assertEqual(node.logical_state, {"step": 1})
+        self.assertEqual(tree.group.canonical_node_id, node.node_id)
+        self.assertEqual(tree.group.generation, 2)
+        self.assertEqual((tree.root.node.visits, tree.root.children[0].reward), (1, 1.0))
+        self.assertIn("tests.log", [c.path for c in self.c.diff(tree.root.node, node).changes])
+
+
 class TestExamples(DaemonTest):
     def run_example(self, *args: str) -> str:
         need(os.path.exists(BUSYBOX), "no static busybox for the examples' image")
