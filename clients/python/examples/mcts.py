@@ -41,6 +41,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import esf  # noqa: E402
 
+
+def check(ok: object, what: object) -> None:
+    """What the program claims, checked (an assert would vanish under
+    python -O)."""
+    if not ok:
+        raise SystemExit(f"check failed: {what}")
+
 DIGITS = "0123"
 EVALUATOR = "lock-check@1"
 
@@ -189,17 +196,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"  {n.node_id}  moves={s.moves.get(n.node_id, '?')!r:<8} visits={n.visits:<3} "
                   f"value={n.value:.2f}")
         # What the search claims, checked against the daemon's records.
-        assert solved is not None, f"not solved within {args.budget} expansions"
-        assert s.moves[solved] == args.secret, (s.moves[solved], args.secret)
+        if solved is None:
+            raise SystemExit(f"check failed: not solved within {args.budget} expansions")
+        check(s.moves[solved] == args.secret, (s.moves[solved], args.secret))
         view = c.node(solved)
-        assert view.status == "terminal", view.status
-        assert view.evaluations and view.evaluations[-1].reward == 1.0
+        check(view.status == "terminal", view.status)
+        check(view.evaluations and view.evaluations[-1].reward == 1.0, "the solution's reward is 1")
         root = c.node(g.node.node_id)
         # Every expansion was evaluated once with backprop: the root saw
         # them all.
-        assert root.visits == s.expansions, (root.visits, s.expansions)
-        assert [n.node_id for n in path][:1] == [root.node_id]
-        assert [s.moves[n.node_id] for n in path] == [args.secret[:i] for i in range(len(args.secret) + 1)]
+        check(root.visits == s.expansions, (root.visits, s.expansions))
+        check([n.node_id for n in path][:1] == [root.node_id], "the best path starts at the root")
+        check([s.moves[n.node_id] for n in path] == [args.secret[:i] for i in range(len(args.secret) + 1)],
+              "the best path spells the secret")
 
         # Keep what matters: the solution becomes canonical (compare-and-
         # swap on the generation read now), and every subtree off its path
@@ -214,9 +223,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     pruned += c.prune(kid)
         report = c.gc()
         tree = c.tree(g.group)
-        assert tree.group.canonical_node_id == solved and tree.group.generation == gen + 1
-        assert {n.node_id for n in tree.nodes if n.status != "pruned"} == on_path
-        assert len(pruned) == len(tree.nodes) - len(on_path)
+        check(tree.group.canonical_node_id == solved and tree.group.generation == gen + 1,
+              "the solution is canonical at the next generation")
+        check({n.node_id for n in tree.nodes if n.status != "pruned"} == on_path, "only the best path is left")
+        check(len(pruned) == len(tree.nodes) - len(on_path), "prune reported every node off the path")
         print(f"promoted the solution; pruned {len(pruned)} nodes off its path, gc deleted "
               f"{report.deleted} objects")
         print(f"solved {args.secret!r} in {s.expansions} expansions (budget {args.budget})")

@@ -36,6 +36,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import esf  # noqa: E402
 
+
+def check(ok: object, what: object) -> None:
+    """What the program claims, checked (an assert would vanish under
+    python -O)."""
+    if not ok:
+        raise SystemExit(f"check failed: {what}")
+
 TARGET = 42
 EVALUATOR = "distance-score@1"
 
@@ -163,19 +170,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         # could count itself would race with the daemon's dequeueing).
         peak, queued = live_peak(c, group_id, 0)
         print(f"peak live attempts {peak} (quota {args.quota}), queued activations {queued}")
-        assert peak <= args.quota, f"{peak} attempts live at once, quota {args.quota}"
+        check(peak <= args.quota, f"{peak} attempts live at once, quota {args.quota}")
         if args.rollouts > args.quota:
-            assert queued > 0, "no activation was queued"
+            check(queued > 0, "no activation was queued")
         tree = c.tree(group_id)
-        assert tree.group.canonical_node_id == best.node.node_id
-        assert tree.group.generation == generation + 1
-        assert tree.rewards[best.node.node_id] == max(r.reward for r in results)
+        check(tree.group.canonical_node_id == best.node.node_id, "the best rollout is canonical")
+        check(tree.group.generation == generation + 1, "one promote: the generation grew by one")
+        check(tree.rewards[best.node.node_id] == max(r.reward for r in results), "the promoted reward is the best")
         status: Dict[str, str] = {n.node_id: n.status for n in tree.nodes}
-        assert sorted(pruned) == sorted(r.node.node_id for r in losers)
-        assert all(status[r.node.node_id] == "pruned" for r in losers)
-        assert status[root.node_id] == "sealed"
+        check(sorted(pruned) == sorted(r.node.node_id for r in losers), "prune reported the losers")
+        check(all(status[r.node.node_id] == "pruned" for r in losers), "every loser is pruned")
+        check(status[root.node_id] == "sealed", "the pinned root is still sealed")
         # The losers' own content is gone from the store; the best one's is whole.
-        assert report.deleted >= len(losers)
+        check(report.deleted >= len(losers), "gc deleted the losers' content")
         if c.status().remote is None:
             for r in losers:
                 try:
@@ -194,7 +201,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         c.export(best.node, out, "tar")
         with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tf:
             ans = tf.extractfile("./work/answer")
-            assert ans is not None and int(ans.read()) == best.guess
+            check(ans is not None and int(ans.read()) == best.guess, "the canonical root holds the best answer")
         print(f"best rollout {best.index} (guess {best.guess}, reward {best.reward}) is canonical")
     return 0
 
