@@ -2,14 +2,17 @@ package e2e
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	v1 "github.com/esf-dev/esf/api/v1"
+	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/internal/testenv"
 )
 
@@ -19,14 +22,15 @@ import (
 const pythonDump = `
 import dataclasses, inspect, json, sys
 sys.path.insert(0, sys.argv[1])
-import esf
+import esf, esf.errors
 from esf import records
 recs = {n: [f.name for f in dataclasses.fields(c)] for n, c in vars(records).items()
         if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == records.__name__}
 recs["ProvenanceRecord"] = [n for n, v in vars(records.ProvenanceRecord).items() if isinstance(v, property)]
 params = {n: list(inspect.signature(f).parameters)[1:] for n, f in vars(esf.Client).items()
           if not n.startswith("_") and callable(f)}
-print(json.dumps({"records": recs, "params": params}))
+print(json.dumps({"records": recs, "params": params,
+                  "errors": {c: k.__name__ for c, k in esf.errors.CLASSES.items()}}))
 `
 
 // TestPython_RecordFields: the Python client's records carry every field of
@@ -42,6 +46,7 @@ func TestPython_RecordFields(t *testing.T) {
 	var py struct {
 		Records map[string][]string
 		Params  map[string][]string
+		Errors  map[string]string // code -> class name
 	}
 	if err := json.Unmarshal(out, &py); err != nil {
 		t.Fatal(err)
@@ -114,6 +119,54 @@ func TestPython_RecordFields(t *testing.T) {
 	for _, p := range py.Params["exec_stream"] {
 		if !slices.Contains(py.Params["exec"], p) && p != "tty" && p != "rows" && p != "cols" {
 			t.Errorf("esf.Client.exec takes no %q (exec_stream does)", p)
+		}
+	}
+}
+
+// TestPython_ErrorClasses: one exception class of the Python client per
+// error code of the API (the table of docs/openapi.yaml, every code of
+// errdefs), and no class for a code the API does not have.
+func TestPython_ErrorClasses(t *testing.T) {
+	testenv.Require(t, "cmd:python3")
+	out, err := exec.Command("python3", "-c", pythonDump, filepath.Join("..", "clients", "python")).Output()
+	if err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	var py struct{ Errors map[string]string }
+	if err := json.Unmarshal(out, &py); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := os.ReadFile(filepath.Join("..", "docs", "openapi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*\| ([a-z_]+)\s*\| (\d{3})\s*\|`).FindAllStringSubmatch(string(spec), -1) {
+		codes = append(codes, m[1])
+	}
+	if len(codes) < 12 {
+		t.Fatalf("docs/openapi.yaml: %d error codes in its table: %v", len(codes), codes)
+	}
+	for _, c := range codes {
+		if errdefs.Class(errdefs.Code(c)) == nil && errdefs.Code(c) != errdefs.CodeInternal {
+			t.Errorf("docs/openapi.yaml's code %q is not one of errdefs'", c)
+		}
+		cls, ok := py.Errors[c]
+		if !ok {
+			t.Errorf("esf: no exception class for the code %q", c)
+			continue
+		}
+		want := ""
+		for _, w := range strings.Split(c, "_") {
+			want += strings.ToUpper(w[:1]) + w[1:]
+		}
+		if cls != want {
+			t.Errorf("esf: the class of %q is %s, want %s", c, cls, want)
+		}
+	}
+	for c := range py.Errors {
+		if !slices.Contains(codes, c) {
+			t.Errorf("esf.%s: a class for %q, which docs/openapi.yaml does not list", py.Errors[c], c)
 		}
 	}
 }
