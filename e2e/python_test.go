@@ -21,7 +21,9 @@ const pythonMaxAttempts = 3
 // TestPython_Client runs the Python client's unittest suite
 // (clients/python/tests) against a real esfd with runc: every operation,
 // the error classes, a replayed mutation applied once, exec streaming with
-// stdin, events follow, https with a bearer token, and both examples. The
+// stdin, events follow, https with a bearer token, README.md's quick
+// start, both examples, and (tests/test_packaging.py) that pip installs
+// the package offline and the code is Python 3.9's. The
 // daemon has a live-attempt quota and a TLS network listener with a token,
 // which the suite finds through ESF_TEST_* variables.
 func TestPython_Client(t *testing.T) {

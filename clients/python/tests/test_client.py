@@ -186,10 +186,13 @@ class TestDaemon(DaemonTest):
             with self.assertRaises(esf.FailedPrecondition):
                 self.c.gc(remote=True, dry_run=True)
         else:
+            self.assertIsInstance(st.remote, esf.RemoteStatus)
             self.assertTrue(st.remote.location)
-            self.assertEqual(self.c.fsck(remote=True).bad, [])
+            self.assertIn(st.remote.durability, ("sync", "async"))
+            rfs = self.c.fsck(remote=True)
+            self.assertEqual((rfs.bad, rfs.missing), ([], []))
             rep = self.c.gc(remote=True, remote_grace=3600, dry_run=True)
-            self.assertIsNotNone(rep.remote)
+            self.assertIsInstance(rep.remote, esf.RemoteCollectReport)
 
 
     def test_workers(self) -> None:
