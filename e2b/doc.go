@@ -13,6 +13,8 @@
 // X-Access-Token: a random token per sandbox, checked on every call but
 // GET /health.
 //
-// State: the sandboxes (id, token, metadata) live in this process's
-// memory; the attempts and nodes behind them are the fabric's.
+// State: the sandboxes (id, token digests, metadata, the running attempt
+// or the paused node) and snapshot names are front-door records in the
+// fabric's journal, read back by Restore when esfd starts (state.go); the
+// attempts and nodes behind them are the fabric's.
 package e2b

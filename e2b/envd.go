@@ -66,7 +66,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		writeGone(w, id)
 		return
 	}
-	if !sb.tokenOK(r.Header.Get(envdwire.HeaderAccessToken)) {
+	if !s.tokenOK(sb, r.Header.Get(envdwire.HeaderAccessToken)) {
 		writeEnvdError(w, http.StatusUnauthorized,
 			"unauthorized access, please provide a valid access token or method signing if supported")
 		return

@@ -349,8 +349,13 @@ func signature(p, op, user, token string, exp int64) string {
 	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
 }
 
-// signedFor reports whether r's signature query authorises op on sb.
-func signedFor(r *http.Request, sb *sandbox, op string) bool {
+// signedFor reports whether r's signature query authorises op with
+// token, a sandbox's access token ("": unknown since a restart, so
+// nothing verifies).
+func signedFor(r *http.Request, token, op string) bool {
+	if token == "" {
+		return false
+	}
 	q := r.URL.Query()
 	sig := q.Get("signature")
 	if sig == "" {
@@ -364,7 +369,7 @@ func signedFor(r *http.Request, sb *sandbox, op string) bool {
 		}
 		exp = n
 	}
-	want := signature(q.Get("path"), op, q.Get("username"), sb.token, exp)
+	want := signature(q.Get("path"), op, q.Get("username"), token, exp)
 	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
 }
 
@@ -385,7 +390,10 @@ func (s *Server) serveFiles(w http.ResponseWriter, r *http.Request) {
 			writeGone(w, id)
 			return
 		}
-		if !sb.tokenOK(r.Header.Get(envdwire.HeaderAccessToken)) && !signedFor(r, sb, op) {
+		s.mu.Lock()
+		tok := sb.token
+		s.mu.Unlock()
+		if !s.tokenOK(sb, r.Header.Get(envdwire.HeaderAccessToken)) && !signedFor(r, tok, op) {
 			writeEnvdError(w, http.StatusUnauthorized, "invalid signature or access token")
 			return
 		}
@@ -394,7 +402,7 @@ func (s *Server) serveFiles(w http.ResponseWriter, r *http.Request) {
 		// signature is it.
 		s.mu.Lock()
 		for _, c := range s.sandboxes {
-			if signedFor(r, c, op) {
+			if signedFor(r, c.token, op) {
 				sb = c
 				break
 			}

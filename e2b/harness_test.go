@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,8 @@ const testKey = "e2b_0123456789abcdef0123456789abcdef"
 type harness struct {
 	f       *fabric.Fabric
 	srv     *Server
+	opts    Options
+	cur     atomic.Pointer[Server] // what the HTTP server serves: srv
 	url     string
 	keys    string // the key file
 	groupID string
@@ -76,13 +79,15 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.srv = New(f, Options{Keys: keys, Logger: slog.New(slog.DiscardHandler), CPUCount: 1, MemoryMB: 512, RootUID: userns.Start})
-	hs := httptest.NewServer(h.srv)
+	h.opts = Options{Keys: keys, Logger: slog.New(slog.DiscardHandler), CPUCount: 1, MemoryMB: 512, RootUID: userns.Start}
+	h.srv = New(f, h.opts)
+	h.cur.Store(h.srv)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.cur.Load().ServeHTTP(w, r) }))
 	h.url = hs.URL
 	t.Cleanup(func() {
 		hs.CloseClientConnections()
 		hs.Close()
-		h.srv.Close()
+		h.cur.Load().Close()
 		if err := f.StopAll(ctx); err != nil {
 			t.Errorf("StopAll: %v", err)
 		}
@@ -106,6 +111,19 @@ func newHarness(t *testing.T) *harness {
 	}
 	h.groupID, h.nodeID = g.Group.GroupID, g.Node.NodeID
 	return h
+}
+
+// restartFront replaces the front door by a new one on the same fabric,
+// as an esfd restart does (the fabric's attempts stay): what the old one
+// kept in memory is gone, and the new one restores what it recorded.
+func (h *harness) restartFront(t *testing.T) {
+	t.Helper()
+	h.srv.Close()
+	h.srv = New(h.f, h.opts)
+	if err := h.srv.Restore(context.Background()); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	h.cur.Store(h.srv)
 }
 
 // call makes a control-plane call with the test key and decodes a JSON

@@ -20,7 +20,9 @@ import (
 // The fabric calls it makes carry keys derived from it ("e2b-KEY-STEP"),
 // so a retry after a failure replays the steps that succeeded instead of
 // doing them twice; without the header the fabric makes up its keys as
-// before. A failed call is not remembered (its retry runs again). Answers
+// before. A failed call is not remembered (its retry runs again, and finds
+// the fabric keys it spent: start refuses an activation replayed under
+// the key whose attempt has ended since). Answers
 // are kept in memory (at most maxIdempotent keys, the oldest dropped).
 
 // HeaderIdempotencyKey is the header a caller names its key with.

@@ -67,6 +67,7 @@ func (s *Server) pauseLocked(ctx context.Context, sb *sandbox) error {
 	s.mu.Lock()
 	sb.paused, sb.attempt, sb.procs = res.Node.NodeID, fabric.AttemptView{}, nil
 	s.mu.Unlock()
+	s.persistLogged(ctx, sb)
 	return nil
 }
 
@@ -146,8 +147,9 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) (int, any, error) 
 	}
 	out := make([]forkChild, len(drafts.Nodes))
 	for i, n := range drafts.Nodes {
-		child := &sandbox{id: sandboxIDFor(ctx, i), templateID: parent.templateID, token: newToken(),
+		child := &sandbox{id: sandboxIDFor(ctx, i), templateID: parent.templateID,
 			metadata: clone(parent.metadata), env: clone(parent.env), autoPause: parent.autoPause}
+		child.setToken(newToken())
 		if err := s.start(withStep(ctx, "activate-"+strconv.Itoa(i)), child, n.NodeID, ttl); err != nil {
 			out[i].Error = &apiError{Code: errStatus(err), Message: err.Error()}
 			continue
@@ -195,8 +197,12 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) (int, any, err
 	if req.Name != "" {
 		info.Names = append(info.Names, req.Name)
 	}
+	rec := snapshotRecord{sandboxID: sb.id, names: info.Names}
+	if err := s.persistSnapshot(r.Context(), node, rec); err != nil {
+		return 0, nil, err
+	}
 	s.mu.Lock()
-	s.snapshots[node] = snapshotRecord{sandboxID: sb.id, names: info.Names}
+	s.snapshots[node] = rec
 	s.mu.Unlock()
 	return http.StatusCreated, info, nil
 }
@@ -240,6 +246,9 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) (int, an
 	s.mu.Lock()
 	delete(s.snapshots, id)
 	s.mu.Unlock()
+	if err := s.f.DeleteFrontRecord(context.WithoutCancel(r.Context()), frontDoor, "snap-"+id); err != nil {
+		s.log.Warn("e2b: delete a snapshot's record", "snapshot", id, "err", err)
+	}
 	return http.StatusNoContent, nil, nil
 }
 

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/esf-dev/esf/executor/runc/runctest"
 	"github.com/esf-dev/esf/fabric"
 )
 
@@ -283,5 +286,86 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	if st := idem("bad\tkey", "POST", path+"/pause", nil, &e); st != 400 {
 		t.Fatalf("a malformed key: %d", st)
+	}
+}
+
+// TestIdempotentCreateFailedAfterActivation: a keyed create whose
+// activation succeeded but whose sandbox could not be made usable (here
+// the template's /home is a file, so /home/user cannot be made) releases
+// its attempt (it used to leave it live: the release carried the
+// activation's key and the fabric refused it), and a retry under the key
+// does not answer that attempt as a live sandbox.
+func TestIdempotentCreateFailedAfterActivation(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	rootfs := t.TempDir()
+	if err := runctest.Busybox(rootfs); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(rootfs, "home"))
+	if err := os.WriteFile(filepath.Join(rootfs, "home"), []byte("not a directory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	imp, err := h.f.Import(ctx, fabric.ImportSource{Path: rootfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := h.f.CreateGroup(ctx, fabric.CreateGroupRequest{RootID: imp.Root.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := map[string]any{"templateID": g.Group.GroupID, "timeout": 300}
+	hdr := map[string]string{HeaderIdempotencyKey: "create-broken"}
+	for i := range 2 {
+		var e apiError
+		st, _ := h.callHdr(t, testKey, hdr, "POST", "/v2/sandboxes", body, &e)
+		if st == http.StatusCreated || (i == 1 && st != http.StatusConflict) {
+			t.Fatalf("call %d: a create that could not make %s answered %d %+v", i, Home, st, e)
+		}
+		// The attempt it activated is not left behind.
+		in, err := h.f.Inspect(ctx, g.Node.NodeID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Node.Leases) != 0 {
+			t.Fatalf("call %d: the failed create left live attempts: %+v", i, in.Node.Leases)
+		}
+	}
+	var list []sandboxDetail
+	if h.call(t, "GET", "/v2/sandboxes", nil, &list); len(list) != 0 {
+		t.Fatalf("sandboxes after a failed create: %+v", list)
+	}
+}
+
+// TestIdempotentCreateAfterItsSandboxEnded: a keyed create's sandbox was
+// killed (its attempt released), then the front door restarted and forgot
+// the key's answer. A retry under the key makes the fabric replay the
+// first activation, whose recorded answer says "active": the front door
+// must not serve that released attempt as a live sandbox.
+func TestIdempotentCreateAfterItsSandboxEnded(t *testing.T) {
+	h := newHarness(t)
+	body := map[string]any{"templateID": h.groupID, "timeout": 300}
+	hdr := map[string]string{HeaderIdempotencyKey: "create-then-kill"}
+	var first sandboxReply
+	if st, _ := h.callHdr(t, testKey, hdr, "POST", "/v2/sandboxes", body, &first); st != http.StatusCreated {
+		t.Fatalf("create: %d", st)
+	}
+	if st, _ := h.call(t, "DELETE", "/sandboxes/"+first.SandboxID, nil, nil); st != http.StatusNoContent {
+		t.Fatalf("kill: %d", st)
+	}
+	h.restartFront(t)
+	var rep sandboxReply
+	var e apiError
+	st, _ := h.callHdr(t, testKey, hdr, "POST", "/v2/sandboxes", body, &rep)
+	if st == http.StatusCreated {
+		t.Fatalf("a retry after the sandbox ended answered 201 %+v", rep)
+	}
+	h.callHdr(t, testKey, hdr, "POST", "/v2/sandboxes", body, &e)
+	if st != http.StatusConflict || !strings.Contains(e.Message, "ended") {
+		t.Fatalf("a retry after the sandbox ended: %d %+v, want 409 saying it ended", st, e)
+	}
+	var list []sandboxDetail
+	if h.call(t, "GET", "/v2/sandboxes", nil, &list); len(list) != 0 {
+		t.Fatalf("sandboxes: %+v", list)
 	}
 }

@@ -3,7 +3,6 @@ package e2b
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/base32"
 	"encoding/json"
 	"errors"
@@ -64,8 +63,9 @@ type Options struct {
 // Server is esfd's E2B-compatible front door: E2B's control plane and the
 // envd protocol of every sandbox on one handler. A sandbox is a runc
 // attempt of the fabric; the front door keeps only what E2B has and esf
-// has not (the sandbox id, its access token, metadata, timeouts) in
-// memory, and calls fabric for everything else.
+// has not (the sandbox id, its access token, metadata, timeouts), in
+// memory and as front-door records of the journal (state.go), and calls
+// fabric for everything else.
 type Server struct {
 	f    *fabric.Fabric
 	opts Options
@@ -107,7 +107,6 @@ func (s *Server) Close() {
 // sandbox is one E2B sandbox: a live attempt, or a paused one's node.
 type sandbox struct {
 	id, templateID string
-	token          string // envd access token
 	metadata       map[string]string
 	env            map[string]string
 	startedAt      time.Time
@@ -118,6 +117,8 @@ type sandbox struct {
 	op sync.Mutex
 
 	// Guarded by Server.mu.
+	token     string             // the envd access token replies carry ("" after a restart until minted)
+	tokens    [][32]byte         // SHA-256 of the accepted tokens (state.go)
 	attempt   fabric.AttemptView // the live attempt (zero when paused)
 	endAt     time.Time
 	paused    string // the node a pause sealed
@@ -321,8 +322,11 @@ type sandboxReply struct {
 }
 
 func (s *Server) reply(sb *sandbox) sandboxReply {
+	s.mu.Lock()
+	tok := sb.token
+	s.mu.Unlock()
 	r := sandboxReply{SandboxID: sb.id, TemplateID: sb.templateID, ClientID: "esf", EnvdVersion: EnvdVersion,
-		EnvdAccessToken: sb.token}
+		EnvdAccessToken: tok}
 	if s.opts.Domain != "" {
 		d := s.opts.Domain
 		r.Domain = &d
@@ -365,8 +369,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
-	sb := &sandbox{id: sandboxIDFor(r.Context(), 0), templateID: req.TemplateID, token: newToken(), metadata: req.Metadata,
+	sb := &sandbox{id: sandboxIDFor(r.Context(), 0), templateID: req.TemplateID, metadata: req.Metadata,
 		env: req.EnvVars, autoPause: req.AutoPause}
+	sb.setToken(newToken())
 	if sb.metadata == nil {
 		sb.metadata = map[string]string{}
 	}
@@ -459,22 +464,69 @@ func (s *Server) start(ctx context.Context, sb *sandbox, nodeID string, ttl time
 	if err != nil {
 		return err
 	}
+	if keyFrom(ctx) != "" {
+		// Under a caller's key the fabric answers a retry with the first
+		// activation's recorded answer, which says "active" even when
+		// that attempt has ended since (its sandbox was killed, or the
+		// first call failed after activating and released it): only a
+		// live attempt is a sandbox.
+		in, err := s.f.Inspect(ctx, a.AttemptID)
+		if err != nil {
+			return err
+		}
+		if !in.Attempt.State.Live() {
+			return httpErr(http.StatusConflict, "%s %q: its sandbox %s ended (attempt %s is %s): use a new key",
+				HeaderIdempotencyKey, keyFrom(ctx), sb.id, a.AttemptID, in.Attempt.State)
+		}
+	}
 	if err := s.makeHome(a.Root); err != nil {
-		s.f.Release(context.WithoutCancel(ctx), fabric.ReleaseRequest{AttemptID: a.AttemptID})
+		s.releaseFailed(ctx, a.AttemptID)
 		return fmt.Errorf("make %s: %w", Home, err)
 	}
 	now := time.Now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	prev := struct {
+		attempt fabric.AttemptView
+		paused  string
+		endAt   time.Time
+	}{sb.attempt, sb.paused, sb.endAt}
 	sb.attempt, sb.paused, sb.endAt = a, "", now.Add(ttl)
 	if sb.startedAt.IsZero() {
 		sb.startedAt = now
 	}
+	s.mu.Unlock()
+	// Recorded before it is served: a sandbox an SDK holds survives a
+	// restart.
+	if err := s.persist(ctx, sb); err != nil {
+		s.releaseFailed(ctx, a.AttemptID)
+		s.mu.Lock()
+		sb.attempt, sb.paused, sb.endAt = prev.attempt, prev.paused, prev.endAt
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	sb.procs = newProcTable(s.ctx)
 	s.arm(sb)
 	sb.cpus, sb.memoryMB = max(s.opts.CPUCount, 1), s.opts.MemoryMB
 	s.sandboxes[sb.id] = sb
 	return nil
+}
+
+// releaseFailed releases the attempt of a sandbox that could not be made
+// (start failed after the activation). Under a caller's key the release
+// carries its own key, derived from the activation's: it is another
+// operation, and the activation's key would make the fabric refuse it
+// (the attempt would then live on until its lease ran out).
+func (s *Server) releaseFailed(ctx context.Context, attemptID string) {
+	ctx = context.WithoutCancel(ctx)
+	if ci, ok := fabric.CallInfoFrom(ctx); ok && ci.IdempotencyKey != "" && !ci.KeyGenerated {
+		ci.IdempotencyKey += "-release"
+		ctx = fabric.WithCallInfo(ctx, ci)
+	}
+	if _, err := s.f.Release(ctx, fabric.ReleaseRequest{AttemptID: attemptID}); err != nil {
+		s.log.Warn("e2b: release the attempt of a sandbox that failed to start", "attempt", attemptID, "err", err)
+	}
 }
 
 func (s *Server) makeHome(root string) error {
@@ -548,6 +600,7 @@ func (s *Server) lookup(ctx context.Context, id string) (*sandbox, error) {
 	procs := sb.procs
 	s.mu.Unlock()
 	procs.killAll()
+	s.forgetRecord(ctx, id)
 	return nil, notFound(id)
 }
 
@@ -585,6 +638,9 @@ func (s *Server) detail(sb *sandbox) sandboxDetail {
 func (s *Server) info(w http.ResponseWriter, r *http.Request) (int, any, error) {
 	sb, err := s.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
+		return 0, nil, err
+	}
+	if err := s.ensureToken(r.Context(), sb); err != nil {
 		return 0, nil, err
 	}
 	s.mu.Lock()
@@ -720,6 +776,9 @@ func (s *Server) killLocked(ctx context.Context, sb *sandbox) error {
 	if procs != nil {
 		procs.killAll()
 	}
+	// Forgotten first: a sandbox killed is gone even if the release
+	// fails (its lease then runs out).
+	s.forgetRecord(ctx, sb.id)
 	if attemptID != "" {
 		if _, err := s.f.Release(ctx, fabric.ReleaseRequest{AttemptID: attemptID}); err != nil {
 			return err
@@ -786,6 +845,7 @@ func (s *Server) renewLease(ctx context.Context, sb *sandbox, ttl time.Duration)
 	sb.endAt = time.Now().Add(ttl)
 	s.arm(sb)
 	s.mu.Unlock()
+	s.persistLogged(ctx, sb)
 	return nil
 }
 
@@ -814,6 +874,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) (int, any, erro
 	}
 	sb.op.Lock()
 	defer sb.op.Unlock()
+	if err := s.ensureToken(r.Context(), sb); err != nil {
+		return 0, nil, err
+	}
 	s.mu.Lock()
 	paused, endAt := sb.paused, sb.endAt
 	s.mu.Unlock()
@@ -832,8 +895,3 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) (int, any, erro
 // errMemory refuses memory snapshots.
 var errMemory = httpErr(http.StatusBadRequest,
 	"memory: esf checkpoints files and logical state, not process memory: pause and resume without keepMemory")
-
-// token checks an envd call's access token in constant time.
-func (sb *sandbox) tokenOK(tok string) bool {
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(sb.token)) == 1
-}

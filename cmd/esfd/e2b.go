@@ -87,6 +87,13 @@ func serveE2B(cmd *cli.Command, f *fabric.Fabric, limits executor.Limits, rootUI
 	memMB := int(limits.MemoryBytes >> 20)
 	srv := e2b.New(f, e2b.Options{Keys: toks, Logger: log.With("front", "e2b"), Domain: cmd.String("e2b-domain"),
 		CPUCount: max(int(limits.CPUs+0.999), 1), MemoryMB: memMB, RootUID: rootUID})
+	// The sandboxes of before a restart (docs/e2b.md, State): what cannot
+	// be restored is logged, the rest is served.
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+	if err := srv.Restore(rctx); err != nil {
+		log.Warn("e2b front door: restore its sandboxes", "err", err)
+	}
+	rcancel()
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})
