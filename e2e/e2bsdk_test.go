@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +24,34 @@ import (
 // inside). The suite covers every call the front door serves; see
 // e2e/e2bsdk/sdk.test.mjs.
 func TestE2BSDK(t *testing.T) {
+	e := startE2B(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "--test-reporter=spec", "sdk.test.mjs")
+	cmd.Dir = e.suite
+	cmd.Env = e.env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	t.Logf("node --test:\n%s", out.String())
+	if err != nil {
+		t.Fatalf("the E2B SDK suite failed: %v", err)
+	}
+}
+
+// e2bEnv is an esfd serving the E2B front door, with a template group
+// named e2b-base, and what the SDK suite needs to reach it.
+type e2bEnv struct {
+	d     *daemon
+	flags []string // esfd's --e2b-* flags (to start it again)
+	suite string   // e2e/e2bsdk, its dependencies installed
+	env   []string // the SDK's environment
+}
+
+// startE2B starts esfd --e2b-addr over a minimal rootfs of busybox and
+// Debian's static bash (nothing of esf inside) and installs the SDK.
+func startE2B(t *testing.T) *e2bEnv {
+	t.Helper()
 	testenv.Require(t, "root", "fuse", "overlay", "runc", "busybox", "cmd:node", "cmd:npm", "cmd:bash-static")
 	requireFUSE(t)
 	dir := t.TempDir()
@@ -52,32 +82,70 @@ func TestE2BSDK(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	d := startDaemonWith(t, "", "--e2b-addr", addr, "--e2b-keys", keys)
+	e := &e2bEnv{flags: []string{"--e2b-addr", addr, "--e2b-keys", keys}}
+	e.d = startDaemonWith(t, "", e.flags...)
 	// The SDK names the template by the group's name.
-	createGroup(t, d, rootfs, "--name", "e2b-base")
+	createGroup(t, e.d, rootfs, "--name", "e2b-base")
 
-	suite, err := filepath.Abs("e2bsdk")
-	if err != nil {
+	if e.suite, err = filepath.Abs("e2bsdk"); err != nil {
 		t.Fatal(err)
 	}
-	npmCI(t, suite)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "--test-reporter=spec", "sdk.test.mjs")
-	cmd.Dir = suite
-	cmd.Env = append(os.Environ(),
+	npmCI(t, e.suite)
+	e.env = append(os.Environ(),
 		"E2B_API_KEY="+key,
 		"E2B_API_URL=http://"+addr,
 		"E2B_SANDBOX_URL=http://"+addr,
 		"E2B_DEBUG=",
 		"ESF_E2B_TEMPLATE=e2b-base",
 	)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	t.Logf("node --test:\n%s", out.String())
-	if err != nil {
-		t.Fatalf("the E2B SDK suite failed: %v", err)
+	return e
+}
+
+// node runs a script of the suite with args and returns its stdout.
+func (e *e2bEnv) node(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", args...)
+	cmd.Dir = e.suite
+	cmd.Env = e.env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node %v: %v\n%s%s", args, err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// TestE2BRestart: E2B sandboxes survive an esfd restart, by SIGTERM and
+// by SIGKILL (docs/e2b.md, State). Driven by the unmodified SDK
+// (e2bsdk/restart.mjs): before the restart, a sandbox is made, written
+// and paused, another made, written and snapshotted, a third killed;
+// after it, the running one is listed and reachable with the access
+// token its handle held and through connect, the paused one resumes with
+// its files and envs, the snapshot is listed and a template, the killed
+// one stays gone.
+func TestE2BRestart(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			e := startE2B(t)
+			state := strings.TrimSpace(e.node(t, "restart.mjs", "before"))
+			if err := e.d.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-e.d.exited:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("esfd did not exit on %v", sig)
+			}
+			again := startDaemonWith(t, e.d.state, e.flags...)
+			if out := e.node(t, "restart.mjs", "after", state); !strings.HasSuffix(out, "ok\n") {
+				t.Fatalf("after the restart: %q", out)
+			}
+			if !strings.Contains(again.logs.String(), "e2b: state restored") {
+				t.Fatalf("the restarted esfd did not restore its E2B state:\n%s", again.logs.String())
+			}
+		})
 	}
 }
 
