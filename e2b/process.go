@@ -168,7 +168,7 @@ func (s *Server) processStart(r *http.Request, req *envdwire.StartRequest, st *s
 	}
 	home := Home
 	if user == "root" {
-		home = "/root"
+		home = RootHome
 	}
 	cwd := home
 	if req.Process.Cwd != nil && *req.Process.Cwd != "" {

@@ -34,6 +34,12 @@ func TestProcesses(t *testing.T) {
 		if r := collect(t, ch); r.stdout != "x /root\n/tmp\n" {
 			t.Fatalf("%+v", r)
 		}
+		// Without a cwd, root starts in its home, made at creation (the
+		// busybox image has no /root).
+		_, ch = rc.stream(ctx, t, envdwire.ProcStart, run("pwd; ls -ld . | cut -c1-10"), nil)
+		if r := collect(t, ch); r.stdout != "/root\ndrwx------\n" {
+			t.Fatalf("root without a cwd: %+v", r)
+		}
 		rc.user = "nobody"
 		if st, _ := rc.stream(ctx, t, envdwire.ProcStart, req, nil); st != 401 {
 			t.Fatalf("unknown user: %d", st)

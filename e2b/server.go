@@ -42,6 +42,11 @@ const MaxTimeout = 24 * time.Hour
 // /home/user, made in every sandbox at creation.
 const Home = "/home/user"
 
+// RootHome is the working directory and $HOME of the user root's
+// commands, made in every sandbox at creation too (a busybox image has
+// none).
+const RootHome = "/root"
+
 // Options configures a Server.
 type Options struct {
 	// Keys are the accepted X-API-KEY values; nil accepts none.
@@ -481,7 +486,7 @@ func (s *Server) start(ctx context.Context, sb *sandbox, nodeID string, ttl time
 	}
 	if err := s.makeHome(a.Root); err != nil {
 		s.releaseFailed(ctx, a.AttemptID)
-		return fmt.Errorf("make %s: %w", Home, err)
+		return err
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -536,11 +541,20 @@ func (s *Server) makeHome(root string) error {
 	}
 	defer r.Close()
 	return asSandboxRoot(s.opts.RootUID, func() error {
-		fd, err := r.MkdirAll(Home, 0o755)
-		if err != nil {
-			return err
+		// The homes of the SDKs' two users: their commands start there.
+		for _, d := range []struct {
+			path string
+			mode uint32
+		}{{Home, 0o755}, {RootHome, 0o700}} {
+			fd, err := r.MkdirAll(d.path, d.mode)
+			if err != nil {
+				return fmt.Errorf("make %s: %w", d.path, err)
+			}
+			if err := closeFD(fd); err != nil {
+				return err
+			}
 		}
-		return closeFD(fd)
+		return nil
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -37,15 +38,27 @@ func TestE2BSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the E2B SDK suite failed: %v", err)
 	}
+	// esfctl tree shows what the session did: its pauses (pause and
+	// autoPause), the fork's checkpoint and 3 children, and the snapshot
+	// (pruned by its deletion, still in the tree) are nodes of the
+	// template's group, beside its root: 8 at least.
+	var tree struct {
+		Nodes []json.RawMessage `json:"nodes"`
+	}
+	decode(t, e.d.mustCtl(nil, "-o", "json", "tree", e.groupID), &tree)
+	if n := len(tree.Nodes); n < 8 {
+		t.Fatalf("esfctl tree %s: %d nodes, want the session's pauses, forks and snapshots", e.groupID, n)
+	}
 }
 
 // e2bEnv is an esfd serving the E2B front door, with a template group
 // named e2b-base, and what the SDK suite needs to reach it.
 type e2bEnv struct {
-	d     *daemon
-	flags []string // esfd's --e2b-* flags (to start it again)
-	suite string   // e2e/e2bsdk, its dependencies installed
-	env   []string // the SDK's environment
+	d       *daemon
+	flags   []string // esfd's --e2b-* flags (to start it again)
+	groupID string   // the template's group
+	suite   string   // e2e/e2bsdk, its dependencies installed
+	env     []string // the SDK's environment
 }
 
 // startE2B starts esfd --e2b-addr over a minimal rootfs of busybox and
@@ -82,10 +95,10 @@ func startE2B(t *testing.T) *e2bEnv {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	e := &e2bEnv{flags: []string{"--e2b-addr", addr, "--e2b-keys", keys}}
+	e := &e2bEnv{flags: []string{"--e2b-addr", addr, "--e2b-keys", keys, "--e2b-domain", "e2b.esf.test"}}
 	e.d = startDaemonWith(t, "", e.flags...)
 	// The SDK names the template by the group's name.
-	createGroup(t, e.d, rootfs, "--name", "e2b-base")
+	e.groupID = createGroup(t, e.d, rootfs, "--name", "e2b-base").Group.GroupID
 
 	if e.suite, err = filepath.Abs("e2bsdk"); err != nil {
 		t.Fatal(err)
@@ -97,6 +110,7 @@ func startE2B(t *testing.T) *e2bEnv {
 		"E2B_SANDBOX_URL=http://"+addr,
 		"E2B_DEBUG=",
 		"ESF_E2B_TEMPLATE=e2b-base",
+		"ESF_E2B_DOMAIN=e2b.esf.test",
 	)
 	return e
 }

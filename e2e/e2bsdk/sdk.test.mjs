@@ -149,6 +149,8 @@ test('pause, connect: the files are still there', async () => {
   assert.equal(await sbx.pause(), true)
   assert.equal(await sbx.pause(), false) // already paused
   assert.equal((await sbx.getInfo()).state, 'paused')
+  const listed = await Sandbox.list({ query: { state: ['paused'] } }).nextItems()
+  assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId && s.state === 'paused'), JSON.stringify(listed))
   const back = await Sandbox.connect(sbx.sandboxId, opts)
   assert.equal(await back.files.read('/home/user/kept'), 'kept')
   assert.equal((await back.getInfo()).state, 'running')
@@ -174,8 +176,14 @@ test('fork: 3 children that share no writable delta', async () => {
 test('snapshot: create from it; list; delete', async () => {
   const sbx = await create()
   await sbx.files.write('/home/user/s', 'snap')
-  const snap = await sbx.createSnapshot()
+  const snap = await sbx.createSnapshot({ name: 'mine' })
   assert.ok(snap.snapshotId)
+  assert.deepEqual(snap.names, ['mine'])
+  const snaps = await sbx.listSnapshots().nextItems()
+  assert.deepEqual(
+    snaps.map((s) => s.snapshotId),
+    [snap.snapshotId],
+  )
   await sbx.files.remove('/home/user/s')
   const from = await create(snap.snapshotId)
   assert.equal(await from.files.read('/home/user/s'), 'snap')
@@ -228,6 +236,33 @@ test('401: a bad API key, a bad access token', async () => {
     envdAccessToken: 'not-the-token',
   })
   await assert.rejects(forged.commands.run('true'), AuthenticationError)
+})
+
+test('users, getHost, metrics', async () => {
+  const sbx = await create()
+  // Both users run as the container's root; each has its home.
+  assert.equal((await sbx.commands.run('id -u; echo $HOME; pwd')).stdout, '0\n/home/user\n/home/user\n')
+  assert.equal((await sbx.commands.run('id -u; echo $HOME; pwd', { user: 'root' })).stdout, '0\n/root\n/root\n')
+  // getHost builds PORT-ID.DOMAIN from esfd --e2b-domain.
+  assert.equal(sbx.getHost(8080), `8080-${sbx.sandboxId}.${process.env.ESF_E2B_DOMAIN}`)
+  const m = await sbx.getMetrics()
+  assert.equal(m.length, 1)
+  assert.ok(m[0].cpuCount >= 1 && m[0].memTotal > 0 && m[0].memUsed > 0, JSON.stringify(m))
+})
+
+test('autoPause: a sandbox whose timeout passes is paused, and resumes with its files', async () => {
+  const sbx = await Sandbox.create(template, { timeoutMs: 3_000, lifecycle: { onTimeout: 'pause' } })
+  live.push(sbx)
+  await sbx.files.write('/home/user/auto', 'auto')
+  assert.equal((await sbx.getInfo()).lifecycle?.onTimeout, 'pause')
+  let state = 'running'
+  for (let i = 0; i < 1200 && state !== 'paused'; i++) {
+    await new Promise((r) => setTimeout(r, 100))
+    state = (await sbx.getInfo()).state
+  }
+  assert.equal(state, 'paused')
+  const back = await Sandbox.connect(sbx.sandboxId, opts)
+  assert.equal(await back.files.read('/home/user/auto'), 'auto')
 })
 
 test('refused: internet access, memory snapshots', async () => {
