@@ -39,7 +39,10 @@ type Config struct {
 	// and skips the go-fuse loopback baseline.
 	SelfCommand []string
 	// ProfileDir, if set, receives a CPU profile per scenario
-	// (<scenario>.pprof) and makes the projection servers write theirs.
+	// (<scenario>.pprof), its blocking and lock contention
+	// (<scenario>.block.pprof, <scenario>.mutex.pprof: where goroutines of
+	// this process waited, e.g. for a lock held across a flush) and makes
+	// the projection servers write theirs.
 	ProfileDir string
 	// ViaFabric drives graph and attempt operations as Fabric methods
 	// instead of through the API client: what the transport costs is the
@@ -296,6 +299,10 @@ func (e *Env) runScenario(ctx context.Context, s Scenario) {
 				f.Close()
 			}
 		}
+		// Sample blocking events of 10 µs and more, and one contended
+		// lock in 5: cheap enough not to change what is measured.
+		runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds()))
+		runtime.SetMutexProfileFraction(5)
 	}
 	err := func() (err error) {
 		defer func() {
@@ -309,6 +316,19 @@ func (e *Env) runScenario(ctx context.Context, s Scenario) {
 	if prof != nil {
 		pprof.StopCPUProfile()
 		prof.Close()
+	}
+	if e.cfg.ProfileDir != "" {
+		// The block and mutex profiles accumulate over the process's life:
+		// one per scenario is right when a run selects one scenario, and a
+		// running total otherwise.
+		for _, name := range []string{"block", "mutex"} {
+			if f, err := os.Create(filepath.Join(e.cfg.ProfileDir, s.Name+"."+name+".pprof")); err == nil {
+				_ = pprof.Lookup(name).WriteTo(f, 0)
+				f.Close()
+			}
+		}
+		runtime.SetBlockProfileRate(0)
+		runtime.SetMutexProfileFraction(0)
 	}
 	if err != nil {
 		e.rows = append(e.rows, Row{Name: s.Name, Verdict: VerdictError, Note: err.Error()})

@@ -22,6 +22,13 @@ type Ops struct {
 	viaFabric bool
 }
 
+// NewOps returns Ops for d with a client of its own (its own connection),
+// as a separate process driving the daemon would have: concurrent
+// scenarios give each of their clients one.
+func (d *Daemon) NewOps() *Ops {
+	return &Ops{c: client.NewClient(d.Socket), f: d.Fabric, viaFabric: d.Ops.viaFabric}
+}
+
 // Path of the transport an operation goes through: "api" or "fabric".
 func (o *Ops) Path(op string) string {
 	if o.viaFabric && op != "import" && op != "export" {
