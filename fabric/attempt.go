@@ -414,8 +414,7 @@ func (f *Fabric) startPremount(ctx context.Context, nodeID, executor string, dis
 	p := &premount{attemptID: aid, rootID: n.RootID, done: make(chan error, 1)}
 	l := f.layout(journal.Attempt{AttemptID: aid, Executor: executor}, n.RootID, "")
 	go func() {
-		f.mountMu.Lock()
-		defer f.mountMu.Unlock()
+		defer f.lockMount(l.Root)()
 		_, _, err := f.mountLocked(context.WithoutCancel(ctx), aid, n.RootID, l, "", disk)
 		p.done <- err
 	}()
@@ -437,21 +436,23 @@ func (f *Fabric) endPremount(p *premount, keep bool) {
 }
 
 // ensurePool makes or adopts the disk pool if deltas are limited and
-// reports whether there is one. f.mountMu is held. A pool that cannot be
-// made (no btrfs-progs; deltas made without limits still in the attempts
+// returns it, or nil if there is none. A pool that cannot be made (no
+// btrfs-progs; deltas made without limits still in the attempts
 // directory) is logged once, and deltas are not limited.
-func (f *Fabric) ensurePool() bool {
+func (f *Fabric) ensurePool() *delta.Pool {
+	f.poolMu.Lock()
+	defer f.poolMu.Unlock()
 	if f.pool != nil || f.poolFailed || f.opts.DefaultDiskBytes <= 0 {
-		return f.pool != nil
+		return f.pool
 	}
 	p, err := delta.OpenPool(filepath.Join(f.stateDir, "attempts"), filepath.Join(f.stateDir, "attempts.img"))
 	if err != nil {
 		f.poolFailed = true
 		f.log.Warn("attempts' disk use is not limited: no disk pool", "err", err)
-		return false
+		return nil
 	}
 	f.pool = p
-	return true
+	return p
 }
 
 // minDisk is the smallest disk limit an activation may ask for: an empty
@@ -507,8 +508,6 @@ func (f *Fabric) ensureMounted(ctx context.Context, a journal.Attempt, root stri
 // An activation writes the record it will need in its own commit, so its
 // mount commits nothing more.
 func (f *Fabric) mountDelta(ctx context.Context, a journal.Attempt, base string, rt *journal.AttemptRuntime, root string) (recorded bool, err error) {
-	f.mountMu.Lock()
-	defer f.mountMu.Unlock()
 	if !a.State.Live() {
 		return false, fmt.Errorf("attempt %s is %s: %w", a.AttemptID, a.State, journal.ErrFailedPrecondition)
 	}
@@ -520,6 +519,9 @@ func (f *Fabric) mountDelta(ctx context.Context, a journal.Attempt, base string,
 		return false, err
 	}
 	l := f.layout(a, base, root)
+	// Held until the mount is recorded, as the global lock it replaces
+	// was: an unmount of this root waits for the record.
+	defer f.lockMount(l.Root)()
 	mounted, boot, err := f.mountLocked(ctx, a.AttemptID, base, l, d.BootID, d.DiskBytes)
 	if err != nil || !mounted {
 		return false, err
@@ -543,19 +545,19 @@ func (f *Fabric) mountDelta(ctx context.Context, a journal.Attempt, base string,
 // something is mounted at l.Root already (then mounted is false). bootID
 // is the boot the delta was last mounted in, if known; boot is the
 // current one. A new delta in the disk pool is made with limit disk (the
-// daemon's default if 0). f.mountMu is held.
+// daemon's default if 0). lockMount(l.Root) is held.
 func (f *Fabric) mountLocked(ctx context.Context, id, base string, l delta.Layout, bootID string, disk int64) (mounted bool, boot string, err error) {
 	if f.mounter.Mounted(l.Root) {
 		return false, "", nil
 	}
-	if f.ensurePool() && strings.HasPrefix(l.Dir, f.pool.Dir+"/") {
+	if pool := f.ensurePool(); pool != nil && strings.HasPrefix(l.Dir, pool.Dir+"/") {
 		if disk <= 0 {
 			disk = f.opts.DefaultDiskBytes
 		}
 		if err := os.Mkdir(filepath.Dir(l.Dir), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return false, "", err
 		}
-		if err := f.pool.NewDelta(l.Dir, disk); err != nil {
+		if err := pool.NewDelta(l.Dir, disk); err != nil {
 			return false, "", err
 		}
 	}
@@ -802,22 +804,38 @@ type attemptLock struct {
 
 // lockAttempt locks attempt id and returns its unlock. Not reentrant.
 func (f *Fabric) lockAttempt(id string) (unlock func()) {
-	f.attemptLocksMu.Lock()
-	l := f.attemptLocks[id]
+	return lockKey(&f.attemptLocksMu, f.attemptLocks, id)
+}
+
+// lockMount locks the mount point root (see Fabric.mountLocks) and
+// returns its unlock. Not reentrant.
+func (f *Fabric) lockMount(root string) (unlock func()) {
+	f.mountsMu.RLock()
+	u := lockKey(&f.mountLocksMu, f.mountLocks, filepath.Clean(root))
+	return func() {
+		u()
+		f.mountsMu.RUnlock()
+	}
+}
+
+// lockKey locks key in locks (guarded by mu) and returns its unlock.
+func lockKey(mu *sync.Mutex, locks map[string]*attemptLock, key string) (unlock func()) {
+	mu.Lock()
+	l := locks[key]
 	if l == nil {
 		l = &attemptLock{}
-		f.attemptLocks[id] = l
+		locks[key] = l
 	}
 	l.refs++
-	f.attemptLocksMu.Unlock()
+	mu.Unlock()
 	l.mu.Lock()
 	return func() {
 		l.mu.Unlock()
-		f.attemptLocksMu.Lock()
+		mu.Lock()
 		if l.refs--; l.refs == 0 {
-			delete(f.attemptLocks, id)
+			delete(locks, key)
 		}
-		f.attemptLocksMu.Unlock()
+		mu.Unlock()
 	}
 }
 

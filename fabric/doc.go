@@ -29,7 +29,8 @@
 //
 // Concurrency: a Fabric is safe for concurrent use. Operations on content
 // are independent (the store is content-addressed and each import or export
-// works on its own state). mountMu serialises mounts and unmounts; sealMu
+// works on its own state). Mounts and unmounts of one mount point are
+// serialised (lockMount), of different ones not; sealMu
 // guards the set of attempts being sealed (a seal's claim, which keeps a
 // second seal and a release off them). The goroutines Fabric owns live from
 // Open to Close, which waits for each: the initial tally walk (cancelled),

@@ -196,8 +196,19 @@ type Fabric struct {
 	mounter mounter.Mounter
 	worker  string
 	now     func() time.Time
-	// mountMu serialises mounting and unmounting attempt roots.
-	mountMu sync.Mutex
+	// mountLocks serialise, per mount point, mounting and unmounting an
+	// attempt's root (lockMount): the check that nothing is mounted there
+	// and the mount that follows are one step. Different roots mount and
+	// unmount in parallel: an overlay's mount spends most of its time
+	// looking up the projected lower root through FUSE, outside the
+	// kernel's mount lock, and a global lock made concurrent activations
+	// and seals wait for each other's (issue 21, rollout throughput).
+	// mountsMu is held shared by every mount and unmount (in lockMount)
+	// and exclusively by whoever needs the mount table still for a while
+	// (a test reading mountinfo, which comes a page at a time).
+	mountsMu     sync.RWMutex
+	mountLocksMu sync.Mutex
+	mountLocks   map[string]*attemptLock
 	// attemptLocks serialise, per attempt id, what acts on an attempt's
 	// mount and container outside a journal transaction: an activation's
 	// mount and container start (its replays' too) against a failure's,
@@ -228,7 +239,8 @@ type Fabric struct {
 	// adopted) by the first mount that needs it (ensurePool), as the
 	// projection is: a daemon that runs no attempt mounts nothing.
 	// poolFailed: it could not be made; deltas are then not limited.
-	// Both under mountMu.
+	// Both under poolMu.
+	poolMu     sync.Mutex
 	pool       *delta.Pool
 	poolFailed bool
 	// provKey authenticates provenance records this daemon writes.
@@ -274,6 +286,7 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	}
 	f := &Fabric{
 		attemptLocks: map[string]*attemptLock{},
+		mountLocks:   map[string]*attemptLock{},
 		opts:         opts,
 		log:          opts.Logger,
 		stateDir:     stateDir,

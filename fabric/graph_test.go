@@ -569,10 +569,10 @@ func TestFR08_LiveAttemptsStayBounded(t *testing.T) {
 			// A read of mountinfo is not one snapshot: it comes a page at
 			// a time, so a root unmounted after its page was read and the
 			// next one mounted before the last page would both be counted.
-			// Holding mountMu keeps the fabric's mounts still meanwhile.
-			f.mountMu.Lock()
+			// Holding mountsMu keeps the fabric's mounts still meanwhile.
+			f.mountsMu.Lock()
 			b, err := os.ReadFile("/proc/self/mountinfo")
-			f.mountMu.Unlock()
+			f.mountsMu.Unlock()
 			if err == nil {
 				for _, line := range strings.Split(string(b), "\n") {
 					if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], filepath.Join(dir, "attempts")+"/") {

@@ -45,10 +45,9 @@ func (f *Fabric) unmountRoot(a journal.Attempt, root string) error {
 	return f.unmountOnce(root, unix.MNT_DETACH)
 }
 
-// unmountOnce unmounts root once, under mountMu.
+// unmountOnce unmounts root once, under its mount lock.
 func (f *Fabric) unmountOnce(root string, flags int) error {
-	f.mountMu.Lock()
-	defer f.mountMu.Unlock()
+	defer f.lockMount(root)()
 	if flags == 0 {
 		return f.mounter.Unmount(root)
 	}
