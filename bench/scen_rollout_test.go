@@ -1,0 +1,229 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gorunc "github.com/containerd/go-runc"
+	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/bench"
+	"github.com/esf-dev/esf/executor/runc"
+	"github.com/esf-dev/esf/executor/runc/runctest"
+	"github.com/esf-dev/esf/fabric"
+)
+
+// Rollout throughput (issue 21, target 7): what an RL coordinator does
+// with a runc sandbox per episode, many at once. Each of 16 clients (its
+// own API connection) runs rollouts in a row: activate (runc) → exec a
+// command → suspend (seal the attempt's delta, which releases it). The
+// baseline is 16 concurrent bare `runc run`s of the same command in the
+// same rootfs and default spec, which seal nothing. Both are rates
+// (rollouts or runs per second of the whole batch), interleaved.
+
+func init() {
+	bench.Register(bench.Scenario{Name: "rollout", Order: 76, Run: benchRollout})
+}
+
+// rolloutClients is the number of concurrent clients of the rollout rows.
+const rolloutClients = 16
+
+// rolloutArgs is the command of a rollout and of its bare baseline: it
+// writes a result, so the seal has a delta to store.
+var rolloutArgs = []string{"/bin/sh", "-c", "echo done > /result"}
+
+func benchRollout(ctx context.Context, e *bench.Env) error {
+	const rowName = "rollouts/s, 16 concurrent clients"
+	if err := runctest.Check(); err != nil {
+		e.Add(bench.Row{Name: rowName, Verdict: bench.VerdictSkip, Note: err.Error()})
+		return nil
+	}
+	initPath, err := sharedInit()
+	if err != nil {
+		return err
+	}
+	dir, err := e.Mkdir("rollout")
+	if err != nil {
+		return err
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := busyboxRootfs(rootfs); err != nil {
+		return err
+	}
+	ex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc-state"), Init: initPath, Namespace: "esf-bench"})
+	if err != nil {
+		return err
+	}
+	e.Cleanup(func() error { runctest.RemoveCgroupParents("esf-bench"); return nil })
+	d, node, err := execDaemon(ctx, e, "rollout", rootfs, func(o *fabric.Options) { o.Executor = ex })
+	if err != nil {
+		return err
+	}
+	bundle, err := writeBundleArgs(dir, rootfs, "rollout-bundle", rolloutArgs)
+	if err != nil {
+		return err
+	}
+	bare := &gorunc.Runc{Root: filepath.Join(dir, "bare-root")}
+	clients := make([]*bench.Ops, rolloutClients)
+	for i := range clients {
+		clients[i] = d.NewOps()
+	}
+	perClient := e.Size(1, 4)
+	var seq atomic.Int64
+	// The phases of every measured rollout, for the part: rows.
+	var phaseMu sync.Mutex
+	var phases [3][]time.Duration // activate, exec, suspend
+	timePhase := func(i int, fn func() error) error {
+		start := time.Now()
+		err := fn()
+		phaseMu.Lock()
+		phases[i] = append(phases[i], time.Since(start))
+		phaseMu.Unlock()
+		return err
+	}
+	rollout := func(ctx context.Context, o *bench.Ops) error {
+		var a fabric.AttemptView
+		err := timePhase(0, func() (err error) {
+			a, err = o.ActivateAttempt(ctx, fabric.ActivateRequest{NodeID: node, Executor: fabric.ExecutorRunc})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if err := timePhase(1, func() error {
+			return o.Exec(ctx, fabric.ExecRequest{AttemptID: a.AttemptID, Args: rolloutArgs})
+		}); err != nil {
+			return fmt.Errorf("%w (and %v)", err, o.Release(context.WithoutCancel(ctx), a.AttemptID))
+		}
+		return timePhase(2, func() error { _, err := o.Suspend(ctx, a.AttemptID); return err })
+	}
+	bareRun := func(ctx context.Context, _ *bench.Ops) error {
+		status, err := bare.Run(ctx, fmt.Sprintf("rollout-bare-%d", seq.Add(1)), bundle, &gorunc.CreateOpts{})
+		if err == nil && status != 0 {
+			err = fmt.Errorf("runc run: exit %d", status)
+		}
+		return err
+	}
+	// cpu[k]: CPU time of this process and of the children it waited for
+	// (runc, and through a bare runc run its container), per measurement
+	// of subject k.
+	cpu := make([][]time.Duration, 2)
+	batch := func(k int, op func(context.Context, *bench.Ops) error) bench.Subject {
+		return func(ctx context.Context) (bench.Measurement, error) {
+			cpu0 := selfAndChildrenCPU()
+			defer func() { cpu[k] = append(cpu[k], selfAndChildrenCPU()-cpu0) }()
+			return bench.Timed(float64(rolloutClients*perClient), func() error {
+				var wg sync.WaitGroup
+				errs := make([]error, rolloutClients)
+				for c := range rolloutClients {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range perClient {
+							if errs[c] = op(ctx, clients[c]); errs[c] != nil {
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				for _, err := range errs {
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	subjects := []bench.Subject{batch(0, rollout), batch(1, bareRun)}
+	if _, err := bench.Interleave(ctx, 1, subjects...); err != nil { // warm-up
+		return err
+	}
+	phases, cpu = [3][]time.Duration{}, [][]time.Duration{nil, nil}
+	ms, err := bench.Interleave(ctx, e.Size(3, 5), subjects...)
+	if err != nil {
+		return err
+	}
+	r, b := bench.Rates(ms[0], 1), bench.Rates(ms[1], 1)
+	e.Add(bench.Row{Name: rowName, Value: r.P50, Unit: "rollouts/s", P90: r.P90, N: r.N, Samples: r.Values,
+		Baseline: "16 concurrent bare runc runs", BaselineValue: b.P50, Targets: []bench.Target{bench.RatioAtLeast(1)}, Path: d.Ops.Path("activate"),
+		Note: fmt.Sprintf("%d clients (one API connection each) at once, %d rollouts each in a row: activate --executor runc + exec %q + suspend (seal, release), busybox rootfs; baseline: as many runc runs of the same command, 16 at once, same rootfs and default spec, sealing nothing",
+			rolloutClients, perClient, rolloutArgs)})
+	n := float64(rolloutClients * perClient)
+	perOp := func(ds []time.Duration) bench.Sample {
+		xs := make([]float64, len(ds))
+		for i, d := range ds {
+			xs[i] = float64(d) / float64(time.Millisecond) / n
+		}
+		return bench.Summarize(xs)
+	}
+	rc, bc := perOp(cpu[0]), perOp(cpu[1])
+	e.Add(bench.Row{Name: "part: CPU time per rollout, 16 clients", Value: rc.P50, Unit: "ms", P90: rc.P90, N: rc.N, Samples: rc.Values,
+		Baseline: "per bare runc run", BaselineValue: bc.P50, Path: d.Ops.Path("activate"),
+		Note: "user + system CPU time of this process (clients, daemon) and of the children it waited for (runc run -d at activation, runc delete --force at release; a bare runc run and its container), per rollout; the container's own processes of a rollout are not counted"})
+	for i, name := range []string{"activate", "exec", "suspend"} {
+		xs := make([]float64, len(phases[i]))
+		for j, d := range phases[i] {
+			xs[j] = float64(d) / float64(time.Millisecond)
+		}
+		p := bench.Summarize(xs)
+		e.Add(bench.Row{Name: "part: rollout phase, 16 clients: " + name, Value: p.P50, Unit: "ms", P90: p.P90, N: p.N, Samples: p.Values, Path: d.Ops.Path("activate"),
+			Note: "latency of this phase of the measured rollouts, 16 running at once"})
+	}
+	return nil
+}
+
+// selfAndChildrenCPU is the user + system CPU time of this process and of
+// the children it has waited for.
+func selfAndChildrenCPU() time.Duration {
+	var sum time.Duration
+	for _, who := range []int{unix.RUSAGE_SELF, unix.RUSAGE_CHILDREN} {
+		var ru unix.Rusage
+		if unix.Getrusage(who, &ru) == nil {
+			sum += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		}
+	}
+	return sum
+}
+
+// writeBundleArgs writes a bundle like writeBareBundle's that runs args,
+// into dir/name.
+func writeBundleArgs(dir, rootfs, name string, args []string) (string, error) {
+	tmp, err := os.MkdirTemp(dir, name+"-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	src, err := writeBareBundle(tmp, rootfs)
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		return "", err
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return "", err
+	}
+	proc, _ := spec["process"].(map[string]any)
+	if proc == nil {
+		return "", fmt.Errorf("bundle spec has no process")
+	}
+	proc["args"] = args
+	if b, err = json.Marshal(spec); err != nil {
+		return "", err
+	}
+	bundle := filepath.Join(dir, name)
+	if err := os.Mkdir(bundle, 0o700); err != nil {
+		return "", err
+	}
+	return bundle, os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
+}
