@@ -2,6 +2,8 @@ package ingest
 
 import (
 	"bytes"
+	"math"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -31,19 +33,26 @@ import (
 // ctime cannot be set from user space, so a tool that restores mtime after
 // writing (touch -r, rsync -t, tar -x) does not hide a change either.
 //
-// Keyed by device and inode rather than path, an entry holds no string:
-// about 110 bytes in the map. A hard link or a rename of an unchanged file
-// is still the same content; a new file on a reused inode has a ctime after
-// the old one was remembered (which was at least RacyWindow before a read).
+// Keyed by device and inode rather than path, an entry holds no string. A
+// hard link or a rename of an unchanged file is still the same content; a
+// new file on a reused inode has a ctime after the old one was remembered
+// (which was at least RacyWindow before a read).
 //
 // The cache lives in memory, per daemon process, and holds at most its
-// bound of files (when full, remembering one forgets another), so an import
-// of a huge tree costs the daemon a fixed few MiB, not memory per file. A
-// StatCache is safe for concurrent use. Upper (seals) never uses it: an
-// attempt's writes are new content.
+// bound of files (when full, remembering one forgets another). An entry is
+// a packed record of 72 bytes (inode, size, mtime, ctime, content id,
+// device) in one open-addressing table (linear probing) that holds no
+// pointer, so the collector never scans it and it costs no map overhead:
+// at most 7/8 of its slots are used, so a file costs 72-82 bytes, plus a
+// table doubling's transient. The default bound, a million files, is at
+// most 86 MiB. Xattrs are rare and kept in a side map, only for the files
+// that have some. A StatCache is safe for concurrent use. Upper (seals)
+// never uses it: an attempt's writes are new content.
 type StatCache struct {
 	mu      sync.Mutex
-	m       map[fileID]statEntry
+	slots   []statEntry            // len 0 or the capacity; ino 0 marks a free slot
+	n       int                    // used slots
+	xattrs  map[fileID][]cas.Xattr // of the remembered files that have any
 	max     int
 	racy    time.Duration
 	nowFunc func() time.Time
@@ -53,18 +62,22 @@ type StatCache struct {
 // ctime must be for the StatCache to remember it.
 const RacyWindow = time.Second
 
-// DefaultStatCacheEntries bounds a StatCache made with NewStatCache(0):
-// a few MiB of the daemon's memory (measured: 64k files cost esfd 28 MiB of
-// peak RSS, as the map grows), enough for a typical workspace.
-const DefaultStatCacheEntries = 1 << 14
+// DefaultStatCacheEntries bounds a StatCache made with NewStatCache(0): a
+// million files, at most 86 MiB of the daemon's memory (about 82 bytes a
+// file, see StatCache), so an import of a huge tree is remembered whole
+// within the daemon's memory budget of issue #15.
+const DefaultStatCacheEntries = 1 << 20
 
 // fileID names a file: its device and inode.
 type fileID struct{ dev, ino uint64 }
 
+// statEntry is one remembered file, packed: 72 bytes, no pointer.
 type statEntry struct {
+	ino uint64 // 0: a free slot (no file has inode 0)
 	statKey
-	id     cas.ID
-	xattrs []cas.Xattr
+	id        cas.ID
+	dev       uint32 // st_dev as the kernel encodes it (files on a device beyond 32 bits are not remembered)
+	hasXattrs bool
 }
 
 // statKey is what must match, besides the file, for a remembered file to
@@ -80,14 +93,14 @@ func NewStatCache(max int) *StatCache {
 	if max <= 0 {
 		max = DefaultStatCacheEntries
 	}
-	return &StatCache{m: map[fileID]statEntry{}, max: max, racy: RacyWindow, nowFunc: time.Now}
+	return &StatCache{xattrs: map[fileID][]cas.Xattr{}, max: max, racy: RacyWindow, nowFunc: time.Now}
 }
 
 // Len is the number of files remembered.
 func (c *StatCache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.m)
+	return c.n
 }
 
 func fileOf(st *unix.Stat_t) fileID { return fileID{dev: st.Dev, ino: st.Ino} }
@@ -103,13 +116,21 @@ func (c *StatCache) lookup(st *unix.Stat_t) (cas.ID, []cas.Xattr, bool) {
 	if c == nil {
 		return cas.ZeroID, nil, false
 	}
-	c.mu.Lock()
-	e, ok := c.m[fileOf(st)]
-	c.mu.Unlock()
-	if !ok || e.statKey != keyOf(st) {
+	f := fileOf(st)
+	if !cacheable(f) {
 		return cas.ZeroID, nil, false
 	}
-	return e.id, cloneXattrs(e.xattrs), true
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := c.find(f)
+	if !ok || c.slots[i].statKey != keyOf(st) {
+		return cas.ZeroID, nil, false
+	}
+	var xs []cas.Xattr
+	if c.slots[i].hasXattrs {
+		xs = cloneXattrs(c.xattrs[f])
+	}
+	return c.slots[i].id, xs, true
 }
 
 func cloneXattrs(xs []cas.Xattr) []cas.Xattr {
@@ -139,26 +160,128 @@ func (c *StatCache) remember(st *unix.Stat_t, id cas.ID, xattrs []cas.Xattr, rea
 	if c == nil {
 		return
 	}
-	e := statEntry{statKey: keyOf(st), id: id, xattrs: cloneXattrs(xattrs)}
-	limit := readStart.Add(-c.racy).UnixNano()
-	if e.mtime >= limit || e.ctime >= limit {
-		c.forget(fileOf(st))
+	f := fileOf(st)
+	if !cacheable(f) {
 		return
 	}
-	f := fileOf(st)
+	k := keyOf(st)
+	limit := readStart.Add(-c.racy).UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.m[f]; !ok && len(c.m) >= c.max {
-		for old := range c.m { // an arbitrary one
-			delete(c.m, old)
-			break
+	if k.mtime >= limit || k.ctime >= limit {
+		c.forget(f)
+		return
+	}
+	e := statEntry{ino: f.ino, statKey: k, id: id, dev: uint32(f.dev), hasXattrs: len(xattrs) > 0}
+	i, ok := c.find(f)
+	if !ok {
+		if c.n >= c.max {
+			c.evict(f)
+		}
+		if c.n+1 > len(c.slots)*7/8 {
+			c.grow()
+		}
+		i = c.home(f)
+		for c.slots[i].ino != 0 {
+			i = c.next(i)
+		}
+		c.n++
+	}
+	c.slots[i] = e
+	delete(c.xattrs, f)
+	if e.hasXattrs {
+		c.xattrs[f] = cloneXattrs(xattrs)
+	}
+}
+
+// cacheable reports whether the cache can hold f: its inode is not 0 (the
+// mark of a free slot) and its device fits 32 bits.
+func cacheable(f fileID) bool { return f.ino != 0 && f.dev <= math.MaxUint32 }
+
+// home is f's first slot; c.slots is not empty.
+func (c *StatCache) home(f fileID) int {
+	h := (f.ino ^ f.dev<<40 ^ f.dev>>24) * 0x9e3779b97f4a7c15
+	hi, _ := bits.Mul64(h^h>>29, uint64(len(c.slots)))
+	return int(hi)
+}
+
+func (c *StatCache) next(i int) int {
+	if i++; i == len(c.slots) {
+		return 0
+	}
+	return i
+}
+
+// find returns f's slot, if remembered.
+func (c *StatCache) find(f fileID) (int, bool) {
+	if c.n == 0 {
+		return 0, false
+	}
+	for i := c.home(f); c.slots[i].ino != 0; i = c.next(i) {
+		if c.slots[i].ino == f.ino && uint64(c.slots[i].dev) == f.dev {
+			return i, true
 		}
 	}
-	c.m[f] = e
+	return 0, false
+}
+
+// grow doubles the table, up to what the bound needs.
+func (c *StatCache) grow() {
+	size := max(64, 2*len(c.slots))
+	size = min(size, c.max+c.max/7+1)
+	if size <= len(c.slots) {
+		return
+	}
+	old := c.slots
+	c.slots = make([]statEntry, size)
+	for _, e := range old {
+		if e.ino == 0 {
+			continue
+		}
+		i := c.home(fileID{dev: uint64(e.dev), ino: e.ino})
+		for c.slots[i].ino != 0 {
+			i = c.next(i)
+		}
+		c.slots[i] = e
+	}
+}
+
+// evict forgets one remembered file to make room for f: the one in f's
+// first slot, or after it.
+func (c *StatCache) evict(f fileID) {
+	if c.n == 0 {
+		return
+	}
+	i := c.home(f)
+	for c.slots[i].ino == 0 {
+		i = c.next(i)
+	}
+	c.remove(i)
 }
 
 func (c *StatCache) forget(f fileID) {
-	c.mu.Lock()
-	delete(c.m, f)
-	c.mu.Unlock()
+	if i, ok := c.find(f); ok {
+		c.remove(i)
+	}
+}
+
+// remove frees slot i, moving back the entries after it that probing
+// would otherwise no longer reach (backward-shift deletion).
+func (c *StatCache) remove(i int) {
+	e := c.slots[i]
+	if e.hasXattrs {
+		delete(c.xattrs, fileID{dev: uint64(e.dev), ino: e.ino})
+	}
+	c.n--
+	size := len(c.slots)
+	for j := c.next(i); c.slots[j].ino != 0; j = c.next(j) {
+		h := c.home(fileID{dev: uint64(c.slots[j].dev), ino: c.slots[j].ino})
+		// The entry at j may move to the hole at i unless its home lies
+		// cyclically in (i, j].
+		if (j-h+size)%size >= (j-i+size)%size {
+			c.slots[i] = c.slots[j]
+			i = j
+		}
+	}
+	c.slots[i] = statEntry{}
 }

@@ -2,13 +2,17 @@ package ingest
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/cas"
 )
 
 // importCounting imports dir with cache and returns the root and the file
@@ -202,5 +206,80 @@ func TestStatCacheStaysWithinItsBound(t *testing.T) {
 	again, _ := importCounting(t, st, dir, cache)
 	if again.Root != first.Root || cache.Len() != 2 {
 		t.Fatalf("re-import: root %s (first %s), %d remembered", again.Root.Short(), first.Root.Short(), cache.Len())
+	}
+}
+
+// The packed table agrees with a plain map through inserts, updates,
+// forgets (racy files) and evictions at its bound, on colliding inodes of
+// several devices; an entry stays 72 bytes.
+func TestStatCacheTableMatchesAMap(t *testing.T) {
+	if n := unsafe.Sizeof(statEntry{}); n != 72 {
+		t.Fatalf("a stat cache entry is %d bytes, want 72", n)
+	}
+	for _, bound := range []int{1, 7, 100, 1000} {
+		c := laterCache()
+		c.max = bound
+		rng := rand.New(rand.NewPCG(uint64(bound), 1))
+		type val struct {
+			key statKey
+			id  cas.ID
+		}
+		ref := map[fileID]val{}
+		old := time.Now().Add(-time.Hour)
+		for step := range 10000 {
+			f := fileID{dev: uint64(rng.IntN(3)) << 8, ino: 1 + uint64(rng.IntN(3*bound))}
+			st := unix.Stat_t{Dev: f.dev, Ino: f.ino, Size: int64(rng.IntN(4))}
+			st.Mtim, st.Ctim = unix.NsecToTimespec(old.UnixNano()), unix.NsecToTimespec(old.UnixNano()+int64(rng.IntN(2)))
+			var id cas.ID
+			id[0], id[1] = byte(step), byte(step>>8)
+			switch rng.IntN(4) {
+			case 0: // racy: forgotten
+				st.Ctim = unix.NsecToTimespec(time.Now().Add(2 * time.Hour).UnixNano())
+				c.remember(&st, id, nil, time.Now())
+				delete(ref, f)
+			case 1, 2:
+				var xs []cas.Xattr
+				if step%5 == 0 {
+					xs = []cas.Xattr{{Name: "user.x", Value: []byte{byte(step)}}}
+				}
+				c.remember(&st, id, xs, time.Now())
+				if _, ok := ref[f]; !ok && len(ref) >= bound {
+					// Evicted something: drop from ref whatever c lost.
+					for g := range ref {
+						if _, ok := c.find(g); !ok {
+							delete(ref, g)
+						}
+					}
+				}
+				ref[f] = val{keyOf(&st), id}
+				if got, _, ok := c.lookup(&st); !ok || got != id {
+					t.Fatalf("bound %d step %d: just remembered %v, lookup %v %v", bound, step, f, ok, got)
+				}
+				if gotXs := c.xattrs[f]; len(gotXs) != len(xs) {
+					t.Fatalf("bound %d step %d: xattrs %v, want %v", bound, step, gotXs, xs)
+				}
+			default:
+				got, _, ok := c.lookup(&st)
+				want, wok := ref[f]
+				wok = wok && want.key == keyOf(&st)
+				if ok != wok || (ok && got != want.id) {
+					t.Fatalf("bound %d step %d: lookup %v = %v %v, want %v %v", bound, step, f, got, ok, want.id, wok)
+				}
+			}
+			if c.Len() != len(ref) || c.Len() > bound {
+				t.Fatalf("bound %d step %d: %d remembered, want %d (bound %d)", bound, step, c.Len(), len(ref), bound)
+			}
+		}
+		for g, v := range ref {
+			i, ok := c.find(g)
+			if !ok || c.slots[i].id != v.id {
+				t.Fatalf("bound %d: %v lost", bound, g)
+			}
+		}
+		for g := range c.xattrs {
+			if i, ok := c.find(g); !ok || !c.slots[i].hasXattrs {
+				t.Fatalf("bound %d: xattrs of %v kept after it was forgotten", bound, g)
+			}
+		}
 	}
 }
