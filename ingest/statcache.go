@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -41,8 +42,8 @@ import (
 // The cache lives in memory, per daemon process, and holds at most its
 // bound of files (when full, remembering one forgets another). An entry is
 // a packed record of 72 bytes (inode, size, mtime, ctime, content id,
-// device) in one open-addressing table (linear probing) that holds no
-// pointer, so the collector never scans it and it costs no map overhead:
+// device) in one open-addressing table (linear probing), mapped outside the
+// Go heap (see allocSlots), so it costs no map or collector overhead:
 // at most 7/8 of its slots are used, so a file costs 72-82 bytes, plus a
 // table doubling's transient. The default bound, a million files, is at
 // most 86 MiB. Xattrs are rare and kept in a side map, only for the files
@@ -233,7 +234,7 @@ func (c *StatCache) grow() {
 		return
 	}
 	old := c.slots
-	c.slots = make([]statEntry, size)
+	c.slots = allocSlots(size)
 	for _, e := range old {
 		if e.ino == 0 {
 			continue
@@ -244,6 +245,31 @@ func (c *StatCache) grow() {
 		}
 		c.slots[i] = e
 	}
+	freeSlots(old)
+}
+
+// allocSlots maps a zeroed table of n slots outside the Go heap: the
+// collector neither scans it nor paces itself on it (on the heap a table
+// of T bytes let garbage grow by T more before a collection), and the
+// pages of an outgrown table go back to the system at once. Where the
+// kernel refuses the mapping, the heap serves.
+func allocSlots(n int) []statEntry {
+	size := n * int(unsafe.Sizeof(statEntry{}))
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return make([]statEntry, n)
+	}
+	return unsafe.Slice((*statEntry)(unsafe.Pointer(unsafe.SliceData(b))), n)
+}
+
+// freeSlots unmaps a table allocSlots mapped (a heap one is left to the
+// collector: munmap refuses it).
+func freeSlots(s []statEntry) {
+	if len(s) == 0 {
+		return
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(statEntry{})))
+	_ = unix.Munmap(b)
 }
 
 // evict forgets one remembered file to make room for f: the one in f's
