@@ -495,3 +495,65 @@ func TestToDirSkipsRefusedXattrs(t *testing.T) {
 		t.Errorf("l2 -> %q, %v", got, err)
 	}
 }
+
+// Every way a file reaches its final name gives the same tree: unnamed
+// (O_TMPFILE) and linked by descriptor or through /proc, or under a
+// temporary name and renamed (a file system without O_TMPFILE), where a
+// tree's own entries on the temporary names are left alone. None leaves a
+// temporary file, and a corrupt blob never gets its final name.
+func TestToDirEveryWayToPlaceAFile(t *testing.T) {
+	requireRoot(t)
+	for _, c := range []struct {
+		name            string
+		named, procLink bool
+	}{{"unnamed", false, false}, {"unnamed via /proc", false, true}, {"named", true, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			forceNamedTemps, forceProcLink = c.named, c.procLink
+			t.Cleanup(func() { forceNamedTemps, forceProcLink = false, false })
+			s := mem.New()
+			specs := sampleSpecs()
+			root := buildSpecs(t, s, specs)
+			dest := filepath.Join(t.TempDir(), "out")
+			if _, err := ToDir(context.Background(), s, root, dest, Options{PreservePrivileged: true}); err != nil {
+				t.Fatal(err)
+			}
+			checkDir(t, dest, specs, true)
+
+			victim := filepath.Join(t.TempDir(), "victim")
+			onTemps := putRaw(t, s, &cas.Tree{Attr: cas.Attr{Mode: 0o755}, Entries: []cas.Entry{
+				symlinkEntry(".esf-export-1.tmp", victim), symlinkEntry(".esf-export-2.tmp", victim), fileEntry(t, s, "f", "content"),
+			}})
+			dest = filepath.Join(t.TempDir(), "temps")
+			if _, err := ToDir(context.Background(), s, onTemps, dest, Options{}); err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dest, "f")); string(b) != "content" {
+				t.Errorf("f = %q", b)
+			}
+			if got, _ := os.Readlink(filepath.Join(dest, ".esf-export-1.tmp")); got != victim {
+				t.Errorf("symlink on a temporary name replaced: %q", got)
+			}
+			if _, err := os.Lstat(victim); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("written through a symlink on a temporary name (lstat err %v)", err)
+			}
+
+			id, _ := putBlob(t, s, "corrupt me")
+			if err := s.Corrupt(id); err != nil {
+				t.Fatal(err)
+			}
+			bad := putRaw(t, s, &cas.Tree{Attr: cas.Attr{Mode: 0o755}, Entries: []cas.Entry{
+				{Name: "a", Type: cas.TypeFile, ID: id, Size: int64(len("corrupt me")), Attr: cas.Attr{Mode: 0o644}},
+			}})
+			dest = filepath.Join(t.TempDir(), "bad")
+			if _, err := ToDir(context.Background(), s, bad, dest, Options{}); !errors.Is(err, cas.ErrCorrupt) {
+				t.Fatalf("corrupt blob: err = %v, want ErrCorrupt", err)
+			}
+			if _, err := os.Lstat(filepath.Join(dest, "a")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("corrupt file exists under its final name (lstat err %v)", err)
+			}
+			if left := tempLeftovers(t, dest); len(left) != 0 {
+				t.Errorf("temporary files left: %v", left)
+			}
+		})
+	}
+}

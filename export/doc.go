@@ -7,7 +7,7 @@
 // name passes cas.ValidName (the decoder checks it, and ToDir checks again),
 // and every filesystem call is relative to a descriptor of dest or of a
 // directory ToDir itself created, opened with O_NOFOLLOW|O_DIRECTORY: mkdirat,
-// openat(O_CREAT|O_EXCL|O_NOFOLLOW), symlinkat, mknodat, linkat without
+// openat(O_TMPFILE) + linkat, openat(O_CREAT|O_EXCL|O_NOFOLLOW), symlinkat, mknodat, linkat without
 // AT_SYMLINK_FOLLOW, fchownat/utimensat with AT_SYMLINK_NOFOLLOW. Nothing is
 // ever resolved through a symlink the export created, and an existing name is
 // never reused (O_EXCL, mkdirat and renameat2(RENAME_NOREPLACE) all fail on
@@ -32,12 +32,19 @@
 // bumps its mtime nor trips over its final mode. dest itself is made 0700
 // while the export runs and takes the root tree's attributes at the end.
 //
-// Regular files are written under a temporary name in their directory
-// (".esf-export-N.tmp"), completed (content verified against its id, owner,
-// xattrs, mode, mtime) and only then renamed to their final name with
-// RENAME_NOREPLACE; on any failure the temporary file is unlinked. So a file
+// Regular files are written as unnamed files in their directory
+// (O_TMPFILE), completed (content verified against its id, owner, xattrs,
+// mode, mtime) and only then linked to their final name (linkat never
+// replaces; by descriptor with AT_EMPTY_PATH, or through the file's /proc
+// magic link without CAP_DAC_READ_SEARCH); on any failure the file is
+// closed and vanishes. Where the file system has no O_TMPFILE, a file is
+// written under a temporary name (".esf-export-N.tmp", O_EXCL) and renamed
+// with RENAME_NOREPLACE, its temporary file unlinked on failure. So a file
 // never appears under its final name with partial or unverified content; a
-// crash can leave a temporary file behind. A failed export leaves what it
+// crash can leave a temporary file behind only in the second case. A new
+// file is chowned only when its owner is not the exporter's own (the
+// export's directories are not setgid while it runs; when dest's group is
+// not ours, as a grpid mount would pass on, every file is chowned). A failed export leaves what it
 // already completed in dest (it does not delete the caller's directory); the
 // caller removes it. Export does not fsync the files it writes into dest.
 //
