@@ -175,3 +175,49 @@ func TestContainerAttemptOnFakeExecutor(t *testing.T) {
 		t.Fatalf("the sealed node's made.txt: %q %v", b, err)
 	}
 }
+
+// TestMountAndUmountDispatch: Mount's and Umount's own logic on the fake
+// mounter (that a view is read-only is TestMountReadOnlyAndRW's, on real
+// mounts): a view shows the node and holds its root against a collection,
+// a busy or non-empty directory is refused, Umount releases the attempt
+// whose root is the directory or removes the view, and nothing there is
+// not_found.
+func TestMountAndUmountDispatch(t *testing.T) {
+	f := openFakes(t, Options{})
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	ro, rw, busy := t.TempDir(), t.TempDir(), t.TempDir()
+	if _, err := f.Mount(ctx, MountRequest{NodeID: g.Node.NodeID, Dir: ro}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ro, "a")); err != nil || string(b) != "1" {
+		t.Fatalf("view: %q %v", b, err)
+	}
+	if roots, err := f.mountedRoots(); err != nil || len(roots) != 1 || roots[0].String() != g.Node.RootID {
+		t.Fatalf("roots the views show: %v %v, want %s", roots, err, g.Node.RootID)
+	}
+	m, err := f.Mount(ctx, MountRequest{NodeID: g.Node.NodeID, Dir: rw, RW: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Mount(ctx, MountRequest{NodeID: g.Node.NodeID, Dir: ro}); !errors.Is(err, journal.ErrFailedPrecondition) {
+		t.Errorf("mount on a busy dir: %v", err)
+	}
+	os.WriteFile(filepath.Join(busy, "x"), nil, 0o644)
+	if _, err := f.Mount(ctx, MountRequest{NodeID: g.Node.NodeID, Dir: busy}); !errors.Is(err, journal.ErrFailedPrecondition) {
+		t.Errorf("mount on a non-empty dir: %v", err)
+	}
+	u, err := f.Umount(ctx, UmountRequest{Dir: rw})
+	if err != nil || u.Attempt == nil || u.Attempt.AttemptID != m.Attempt.AttemptID || u.Attempt.State != journal.AttemptReleased {
+		t.Fatalf("umount rw: %+v %v", u, err)
+	}
+	if _, err := f.Umount(ctx, UmountRequest{Dir: ro}); err != nil {
+		t.Fatal(err)
+	}
+	if roots, err := f.mountedRoots(); err != nil || len(roots) != 0 {
+		t.Fatalf("roots the views show after umount: %v %v", roots, err)
+	}
+	if _, err := f.Umount(ctx, UmountRequest{Dir: ro}); !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("umount of nothing: %v", err)
+	}
+}
