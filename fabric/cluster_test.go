@@ -10,7 +10,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/errdefs"
 	"github.com/esf-dev/esf/internal/etcdtest"
 	"github.com/esf-dev/esf/journal"
@@ -34,8 +33,10 @@ func openWorker(t *testing.T, c *etcdtest.Cluster, prefix, id string) *Fabric {
 		s.Close()
 		t.Fatal(err)
 	}
-	f, err := Open(ctx, Options{StateDir: t.TempDir(), JournalStore: s,
-		Cluster: &Cluster{Store: s, Registration: reg, Interval: 50 * time.Millisecond}})
+	// The journal is real (etcd), the mounts fake: what the cluster
+	// tests prove is the shared graph's logic, not overlayfs.
+	f, err := Open(ctx, logicOptions(Options{StateDir: t.TempDir(), JournalStore: s,
+		Cluster: &Cluster{Store: s, Registration: reg, Interval: 50 * time.Millisecond}}))
 	if err != nil {
 		reg.Close()
 		s.Close()
@@ -68,7 +69,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // would), A is fenced: its sandboxes are gone, every later commit of it is
 // refused; B fails A's live attempt and keeps its own.
 func TestClusterLostWorker(t *testing.T) {
-	requireMounts(t)
 	c := etcdtest.Start(t, etcdtest.Options{NoFsync: true})
 	prefix := fmt.Sprintf("fab/%d", clusterPrefixes.Add(1))
 	a := openWorker(t, c, prefix, "wa")
@@ -104,7 +104,7 @@ func TestClusterLostWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	waitFor(t, "A fenced and its sandbox gone", func() bool { return a.Fenced() && !delta.Mounted(atA.Root) })
+	waitFor(t, "A fenced and its sandbox gone", func() bool { return a.Fenced() && !a.mounter.Mounted(atA.Root) })
 	waitFor(t, "B failed A's attempt", func() bool {
 		v, err := b.attemptView(ctx, atA.AttemptID)
 		return err == nil && v.State == journal.AttemptFailed
@@ -120,7 +120,7 @@ func TestClusterLostWorker(t *testing.T) {
 		t.Fatalf("workers after A's loss: %+v %v", ws, err)
 	}
 	v, err := b.attemptView(ctx, atB.AttemptID)
-	if err != nil || v.State != journal.AttemptActive || !delta.Mounted(atB.Root) {
+	if err != nil || v.State != journal.AttemptActive || !b.mounter.Mounted(atB.Root) {
 		t.Fatalf("B's own attempt: %+v %v", v, err)
 	}
 	// B's recovery and stop-all touch only B's attempts (A's is failed
