@@ -35,21 +35,33 @@ func ToTar(ctx context.Context, g cas.Getter, root cas.ID, w io.Writer, opts Opt
 
 func toTar(ctx context.Context, g cas.Getter, root cas.ID, w io.Writer, opts Options, read treeReader) (Stats, error) {
 	opts = opts.withDefaults()
+	// archive/tar writes each header block, PAX record and padding on its
+	// own: unbuffered, a small file cost w four or five writes (syscalls, or
+	// HTTP chunks through the API). What is buffered reaches w on failure
+	// too, so w holds the same bytes as unbuffered.
+	bw := bufio.NewWriterSize(w, tarBufSize)
 	x := &tarExporter{
 		ctx:      ctx,
 		g:        g,
 		opts:     opts,
 		readTree: read,
-		tw:       tar.NewWriter(w),
+		tw:       tar.NewWriter(bw),
 		buf:      make([]byte, bufSize),
 		links:    map[string]tarFirst{},
 	}
 	x.priv = privFilter{preserve: opts.PreservePrivileged, d: &x.stats.Dropped}
-	if err := x.run(root); err != nil {
+	err := x.run(root)
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	if err != nil {
 		return x.stats, fmt.Errorf("export %s as tar: %w", root.Short(), err)
 	}
 	return x.stats, nil
 }
+
+// tarBufSize is how much ToTar gathers before writing to its writer.
+const tarBufSize = 256 << 10
 
 type tarExporter struct {
 	ctx      context.Context
