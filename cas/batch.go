@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 )
 
@@ -109,4 +110,32 @@ func (b *putBatch) Abort() {
 	b.mu.Lock()
 	b.done = true
 	b.mu.Unlock()
+}
+
+// Adopter is an optional Batch role: storing a file by taking over its
+// inode instead of copying its bytes, for content that its owner hands to
+// the store (a seal of an attempt that is released with it: nobody writes
+// its upper directory again).
+//
+// Adopt reads r, which must yield exactly f's content (the caller may wrap
+// f's reads to count or check them), to its end and hashes it. If the
+// object is new, the store may make f's inode the object: f's file then
+// becomes read-only (mode 0444) and shares its inode with the object, so
+// the caller must never write it again, nor let anyone (a caller that
+// goes on using the file must first replace it with a copy). A store that
+// cannot (another file system) stores a copy instead, as Put does. The
+// result is as Put's; the object is durable and visible once Commit
+// returns nil. Adopt fails with errdefs' ErrConflict semantics
+// (ErrFailedPrecondition here) if f changed while it was read.
+type Adopter interface {
+	Adopt(ctx context.Context, f *os.File, r io.Reader) (Info, bool, error)
+}
+
+// Adopt stores the content of f that r reads through b's Adopter role, or
+// with b.Put when b has none.
+func Adopt(ctx context.Context, b Batch, f *os.File, r io.Reader) (Info, bool, error) {
+	if a, ok := b.(Adopter); ok {
+		return a.Adopt(ctx, f, r)
+	}
+	return b.Put(ctx, r)
 }

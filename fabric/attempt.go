@@ -575,6 +575,10 @@ func (f *Fabric) mountLocked(ctx context.Context, id, base string, l delta.Layou
 		if err := f.mounter.Reclaim(l); err != nil {
 			return false, "", err
 		}
+		// A seal that did not commit may have handed files to the store.
+		if err := l.Unshare(); err != nil {
+			return false, "", err
+		}
 	}
 	// The projection is checked only when a mount fails: a live server
 	// costs nothing, a dead one (ENOTCONN on the lower) is restarted.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -140,6 +141,17 @@ type countingBatch struct {
 
 func (b *countingBatch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	info, created, err := b.b.Put(ctx, r)
+	if err == nil && created {
+		b.mu.Lock()
+		b.created = append(b.created, info)
+		b.mu.Unlock()
+	}
+	return info, created, err
+}
+
+// Adopt implements cas.Adopter with the decorated store's batch.
+func (b *countingBatch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, bool, error) {
+	info, created, err := cas.Adopt(ctx, b.b, f, r)
 	if err == nil && created {
 		b.mu.Lock()
 		b.created = append(b.created, info)

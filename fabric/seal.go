@@ -18,8 +18,9 @@ import (
 // and the journal: after the attempt turned quiescing (in the journal or,
 // with no executor, in memory), after the new root's objects are stored,
 // and before the release (for an attempt with no executor, before the
-// unmount that lets the release join the seal's commit; otherwise between
-// that commit and the release's own).
+// unmount that lets the release join the seal's commit, which comes before
+// the objects are stored; otherwise between that commit and the release's
+// own).
 var (
 	fpSealQuiesced = failpoint.Declare("fabric.suspend.after-quiesce")
 	fpSealWritten  = failpoint.Declare("fabric.suspend.after-write-trees")
@@ -59,7 +60,11 @@ type SuspendResult struct {
 // it active, as Recover would make a quiescing one. Such an attempt is also
 // unmounted before the commit, so that its release joins the same batch
 // and a one-file seal costs one journal commit: a crash after the unmount
-// leaves an active attempt whose delta Recover mounts again.
+// leaves an active attempt whose delta Recover mounts again. It is
+// unmounted before its upper directory is read, so the seal may hand the
+// delta's large files to the store instead of copying them (no one can
+// write them any more; ingest.Options.Adopt): should the seal not commit,
+// the next mount gives the delta its own copies back (delta.Unshare).
 func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult, error) {
 	if err := journal.CheckID(journal.KindAttempt, req.AttemptID); err != nil {
 		return SuspendResult{}, fmt.Errorf("suspend: %w", err)
@@ -97,9 +102,10 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	}
 	defer thaw()
 	start := time.Now()
-	sealed, err := f.sealUpper(ctx, s)
+	err = f.releaseBeforeCommit(s)
+	var sealed ingest.Result
 	if err == nil {
-		err = f.releaseBeforeCommit(s)
+		sealed, err = f.sealUpper(ctx, s)
 	}
 	if err == nil {
 		err = f.mutate(ctx, OpSuspend, req, &s.res, func(tx journal.Tx, ci CallInfo) (any, error) {
@@ -125,9 +131,9 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 
 // sealOp is one Suspend as it passes through its phases: readSeal finds
 // the attempt, its base root and runtime record; quiesce stops it being
-// active; freezeForSeal stops its container; sealUpper stores the upper
-// directory as a tree over the base; releaseBeforeCommit unmounts an
-// attempt that is released with the seal; the commit publishes it all, or
+// active; freezeForSeal stops its container; releaseBeforeCommit unmounts
+// an attempt that is released with the seal; sealUpper stores the upper
+// directory as a tree over the base; the commit publishes it all, or
 // abortSeal puts the attempt back.
 type sealOp struct {
 	req    SuspendRequest
@@ -251,7 +257,14 @@ func (f *Fabric) sealUpper(ctx context.Context, s *sealOp) (ingest.Result, error
 		exclude = executor.Footprint()
 	}
 	l := delta.Layout{Dir: s.a.Runtime.PrivateDelta, Root: s.a.Runtime.Mount}
-	sealed, err := f.mounter.Seal(ctx, f.store, s.baseID, l, ingest.Options{Logger: f.log, Exclude: exclude})
+	opts := ingest.Options{Logger: f.log, Exclude: exclude}
+	if s.release {
+		// Unmounted for good unless the seal fails, and then the next
+		// mount gives the delta its files back (delta.Unshare): its large
+		// files become objects without a copy.
+		opts.Adopt = l.NoteAdopted
+	}
+	sealed, err := f.mounter.Seal(ctx, f.store, s.baseID, l, opts)
 	if err != nil {
 		return sealed, err
 	}

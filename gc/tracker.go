@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -148,12 +149,17 @@ func (t *Tracker) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) 
 }
 
 func (t *Tracker) put(ctx context.Context, p cas.Putter, r io.Reader) (cas.Info, bool, error) {
+	return t.putWith(ctx, r, func(r io.Reader) (cas.Info, bool, error) { return p.Put(ctx, r) })
+}
+
+// putWith records what put(r) stores, as put does.
+func (t *Tracker) putWith(ctx context.Context, r io.Reader, put func(io.Reader) (cas.Info, bool, error)) (cas.Info, bool, error) {
 	if t.epoch.Load() != nil {
 		// A Put that starts before the epoch belongs to a session that
 		// started before it, which the collection waits for.
 		r = &recordingReader{r: r, h: cas.NewHasher(), t: t}
 	}
-	info, created, err := p.Put(ctx, r)
+	info, created, err := put(r)
 	if err != nil {
 		return info, created, err
 	}
@@ -250,6 +256,11 @@ type trackedBatch struct {
 
 func (b *trackedBatch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	return b.t.put(ctx, b.Batch, r)
+}
+
+// Adopt implements cas.Adopter, recorded like Put.
+func (b *trackedBatch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, bool, error) {
+	return b.t.putWith(ctx, r, func(r io.Reader) (cas.Info, bool, error) { return cas.Adopt(ctx, b.Batch, f, r) })
 }
 
 // recordingReader hashes what the store reads and records the id when the

@@ -541,7 +541,7 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 	case unix.S_IFREG:
 		e.Type = cas.TypeFile
 		start := cache.now()
-		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, p, &st, buf.get())
+		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, j.rel, p, &st, buf.get())
 		if err != nil {
 			return r, err
 		}
@@ -582,8 +582,12 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 // wrong guess costs a second hashing pass, or a discarded temp file. Memory
 // stays at one buffer per worker (plus the store's pipeline) either way.
 //
-// The file is name in dirfd; p names it in errors and logs.
-func (d *dirImport) file(ctx context.Context, dirfd int, name, p string, st *unix.Stat_t, buf []byte) (cas.ID, int64, []cas.Hole, error) {
+// A seal with Options.Adopt hands a large file with one name to the store
+// instead (see adopt).
+//
+// The file is name in dirfd, rel below the root; p names it in errors and
+// logs.
+func (d *dirImport) file(ctx context.Context, dirfd int, name, rel, p string, st *unix.Stat_t, buf []byte) (cas.ID, int64, []cas.Hole, error) {
 	// O_NONBLOCK: should p have been swapped for a fifo since the lstat,
 	// the open must not hang (the fstat check below then fails).
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
@@ -621,6 +625,10 @@ func (d *dirImport) file(ctx context.Context, dirfd int, name, p string, st *uni
 		return cas.ZeroID, 0, nil, readError(ctx, p, err)
 	}
 
+	if d.overlay && d.opts.Adopt != nil && fst.Nlink == 1 {
+		id, size, err := d.adopt(ctx, f, rel, p, &fst, hc, buf[:n])
+		return id, size, hc.result(size), err
+	}
 	if !d.hashFirst.Load() {
 		id, size, err := d.streamFile(ctx, p, st, hc, buf[:n])
 		return id, size, hc.result(size), err
@@ -684,6 +692,27 @@ func (d *dirImport) streamFile(ctx context.Context, p string, st *unix.Stat_t, f
 		// Stored already (or by another worker of this import): the next
 		// large file is likely a re-import too.
 		d.hashFirst.Store(true)
+	}
+	d.checkSize(p, st, info.Size)
+	return info.ID, info.Size, nil
+}
+
+// adopt stores the large file f, whose first bytes (already read and
+// counted) are head and whose fstat is st, by handing its inode to the
+// store (cas.Adopter): it is read once, to hash it, and never copied. The
+// caller (Options.Adopt) is told first, so it can give the upper directory
+// its own copy back should the seal not commit.
+func (d *dirImport) adopt(ctx context.Context, f *os.File, rel, p string, st *unix.Stat_t, r io.Reader, head []byte) (cas.ID, int64, error) {
+	if err := d.opts.Adopt(rel, st.Mode&cas.ModeMask); err != nil {
+		return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
+	}
+	r = io.MultiReader(bytes.NewReader(head), &progressReader{r: ctxReader{ctx: ctx, r: r}, prog: d.prog})
+	info, _, err := d.obj.adopt(ctx, f, r)
+	if err != nil {
+		if ctx.Err() != nil {
+			return cas.ZeroID, 0, context.Cause(ctx)
+		}
+		return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
 	}
 	d.checkSize(p, st, info.Size)
 	return info.ID, info.Size, nil

@@ -57,6 +57,16 @@ type Options struct {
 	// executor's mountpoints in an attempt's upper directory are not
 	// content.
 	Exclude []string
+	// Adopt, when set, lets Upper hand every large regular file (over
+	// 1 MiB, one name) to the store instead of copying it, where the store
+	// can (cas.Adopter; the disk store, on the same file system): the
+	// file becomes read-only and shares its inode with the object. Only
+	// for an upper directory nobody writes again: the caller must give
+	// each such file its own inode back before anyone could (see
+	// delta.Unshare). Adopt is called with the file's path below the
+	// upper directory and its mode before it is handed over; an error
+	// fails the seal. Dir ignores it.
+	Adopt func(rel string, mode uint32) error
 	// StatCache, when set, lets Dir skip reading files that an earlier
 	// import with the same cache read and that did not change since (see
 	// StatCache). Upper ignores it.

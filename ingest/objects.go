@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,8 +94,18 @@ func (o *objects) putBytes(ctx context.Context, b []byte, id cas.ID) (cas.Info, 
 
 // put stores r's bytes in the current batch, committing it once full.
 func (o *objects) put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
+	return o.store(ctx, func(b cas.Batch) (cas.Info, bool, error) { return b.Put(ctx, r) })
+}
+
+// adopt stores f, whose content r reads, with cas.Adopt in the current
+// batch.
+func (o *objects) adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, bool, error) {
+	return o.store(ctx, func(b cas.Batch) (cas.Info, bool, error) { return cas.Adopt(ctx, b, f, r) })
+}
+
+func (o *objects) store(ctx context.Context, put func(cas.Batch) (cas.Info, bool, error)) (cas.Info, bool, error) {
 	o.mu.RLock()
-	info, created, err := o.batch.Put(ctx, r)
+	info, created, err := put(o.batch)
 	full := o.count.Add(1) >= batchMaxObjects || o.size.Add(info.Size) >= batchMaxBytes ||
 		time.Since(o.started) >= batchMaxAge
 	o.mu.RUnlock()

@@ -54,6 +54,16 @@
 // writers' dirty pages cannot slow down but which costs a flush of the
 // disk's cache per fsync (slower on an idle file system; off by default).
 //
+// A batch can also adopt a file (cas.Adopter, adopt.go): hash it, make it
+// read-only and hard-link it by descriptor as the object's tmp/pub- file,
+// after which it is published exactly as a written one (Commit's syncfs
+// writes back whatever of it is dirty, the link into objects/ has the same
+// redo record). A seal of an attempt released with it stores its large
+// files this way, reading each once to hash it instead of copying it; the
+// file's owner promises never to write it again (fabric gives a delta whose
+// seal did not commit its own copies back before mounting it again). A file
+// on another file system is copied.
+//
 // Temp files: every failed or cancelled Put removes its own. Open removes
 // temp files older than Options.StaleTempAge (an hour by default), left by a
 // process that died mid-Put. It does not remove them all, because another

@@ -467,6 +467,17 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	return info, created, err
 }
 
+// Adopt implements cas.Adopter with the cache's batch.
+func (b *batch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, bool, error) {
+	info, created, err := cas.Adopt(ctx, b.b, f, r)
+	if err == nil {
+		b.mu.Lock()
+		b.ws = append(b.ws, written{info, created})
+		b.mu.Unlock()
+	}
+	return info, created, err
+}
+
 func (b *batch) Commit(ctx context.Context) error {
 	if err := b.b.Commit(ctx); err != nil {
 		return err

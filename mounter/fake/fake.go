@@ -553,6 +553,7 @@ func (m *Mounter) Seal(ctx context.Context, st ingest.Store, base cas.ID, l delt
 	if err := applyAttr(stage, &attr); err != nil {
 		return ingest.Result{}, err
 	}
+	opts.Adopt = nil // the stage is this seal's own copy: nothing to hand over
 	return ingest.Upper(ctx, st, base, stage, opts)
 }
 

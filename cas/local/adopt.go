@@ -1,0 +1,124 @@
+//go:build linux
+
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/cas"
+)
+
+var _ cas.Adopter = (*batch)(nil)
+
+// Adopt implements cas.Adopter for the batch: the file's inode becomes
+// the object, so a large file that its owner hands over (a released
+// attempt's upper file) is hashed once and never copied.
+//
+// It hashes what r reads, checks that f did not change meanwhile (same
+// inode, size, mtime and ctime before and after, and the size hashed),
+// makes f read-only and hard-links it by descriptor as the object's temp
+// file, tmp/pub-<id>-...: from there on it is an object of the batch like
+// any other, made durable by Commit's syncfs (which writes back whatever of
+// the file is still dirty) and linked into place with the same redo record.
+// An object already stored or in the batch is left alone and f is not
+// touched. Where f cannot be linked (another file system: EXDEV), its
+// content is copied as Put does, and its mode put back.
+func (b *batch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, bool, error) {
+	if err := b.start(); err != nil {
+		return cas.Info{}, false, err
+	}
+	fd := int(f.Fd())
+	var before unix.Stat_t
+	if err := unix.Fstat(fd, &before); err != nil {
+		return cas.Info{}, false, fmt.Errorf("batch adopt %s: %w", f.Name(), err)
+	}
+	if before.Mode&unix.S_IFMT != unix.S_IFREG {
+		return cas.Info{}, false, fmt.Errorf("batch adopt %s: not a regular file: %w", f.Name(), cas.ErrInvalidArgument)
+	}
+	bp := bufPool.Get().(*[]byte)
+	h := cas.NewHasher()
+	size, err := io.CopyBuffer(h, r, *bp)
+	bufPool.Put(bp)
+	if err != nil {
+		return cas.Info{}, false, fmt.Errorf("batch adopt: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return cas.Info{}, false, fmt.Errorf("batch adopt: %w", err)
+	}
+	info := cas.Info{ID: cas.IDFromHash(h), Size: size}
+	var after unix.Stat_t
+	if err := unix.Fstat(fd, &after); err != nil {
+		return cas.Info{}, false, fmt.Errorf("batch adopt %s: %w", f.Name(), err)
+	}
+	if after.Ino != before.Ino || after.Dev != before.Dev || after.Size != size || after.Size != before.Size ||
+		after.Mtim != before.Mtim || after.Ctim != before.Ctim {
+		return cas.Info{}, false, fmt.Errorf("batch adopt %s: the file changed while it was hashed: %w", f.Name(), cas.ErrFailedPrecondition)
+	}
+	if known, err := b.known(info.ID); err != nil || known {
+		return info, false, err
+	}
+
+	seq := b.seq.Add(1)
+	pub := b.pubPath(info.ID, seq)
+	// Read-only before it has a name in the store, like every object.
+	if err := unix.Fchmod(fd, 0o444); err != nil {
+		return cas.Info{}, false, fmt.Errorf("batch adopt %s: %w", f.Name(), err)
+	}
+	if err := linkFD(fd, pub); err != nil {
+		unix.Fchmod(fd, before.Mode&0o7777)
+		if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EOPNOTSUPP) {
+			return cas.Info{}, false, fmt.Errorf("batch adopt %s: %w", f.Name(), err)
+		}
+		// Not linkable here: store a copy.
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return cas.Info{}, false, fmt.Errorf("batch adopt %s: %w", f.Name(), err)
+		}
+		got, created, err := b.Put(ctx, f)
+		if err == nil && got.ID != info.ID {
+			err = fmt.Errorf("batch adopt %s: the file changed while it was copied: %w", f.Name(), cas.ErrFailedPrecondition)
+		}
+		return got, created, err
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		os.Remove(pub)
+		return cas.Info{}, false, errEnded("adopt")
+	}
+	if _, dup := b.objs[info.ID]; dup {
+		os.Remove(pub)
+		return info, false, nil // a concurrent Put of the same bytes won
+	}
+	b.closeOpenLocked() // the file is flushed by syncfs, not by its own fsync
+	b.objs[info.ID] = seq
+	if size >= VerifyMin {
+		if b.large == nil {
+			b.large = map[cas.ID]uint64{}
+		}
+		b.large[info.ID] = after.Ino
+	}
+	return info, true, nil
+}
+
+// linkFD gives the open file fd the new name path, without a path to it
+// that a rename could change under us.
+func linkFD(fd int, path string) error {
+	err := unix.Linkat(fd, "", unix.AT_FDCWD, path, unix.AT_EMPTY_PATH)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPERM) {
+		// AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; the magic link does not.
+		err = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
+	}
+	if err != nil {
+		return &os.LinkError{Op: "link", Old: f2s(fd), New: path, Err: err}
+	}
+	return nil
+}
+
+func f2s(fd int) string { return fmt.Sprintf("fd %d", fd) }
