@@ -72,6 +72,12 @@ func writeChanges(root, tag string) error {
 		func() error { return os.Symlink("new.txt", p("link")) },
 		func() error { return os.Link(p("new.txt"), p("new-hardlink.txt")) },
 		func() error { return unix.Setxattr(p("new.txt"), "user.esf.tag", []byte(tag), 0) },
+		func() error {
+			// Over 1 MiB: a seal that releases the attempt hands it to the
+			// store instead of copying it (cas.Adopter); one that does not
+			// commit must give the delta its own file back.
+			return os.WriteFile(p("dir/large.bin"), bytes.Repeat([]byte(tag+"\n"), 3<<20/(len(tag)+1)), 0o640)
+		},
 	}
 	for i, step := range steps {
 		if err := step(); err != nil {
