@@ -98,6 +98,7 @@ func (b *batch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, b
 	}
 	b.closeOpenLocked() // the file is flushed by syncfs, not by its own fsync
 	b.objs[info.ID] = seq
+	b.logLocked(info.ID, nil, false)
 	if size >= VerifyMin {
 		if b.large == nil {
 			b.large = map[cas.ID]uint64{}

@@ -135,6 +135,12 @@ type batch struct {
 	// open holds the descriptors of the temp files while the batch is
 	// small (sequence number -> fd); nil once it flushes with syncfs.
 	open map[uint64]int
+	// logged holds a copy of every object while the batch can be made
+	// durable by the store's redo log (all in memory, small); unlogged
+	// once it cannot.
+	logged      []redoObject
+	loggedBytes int
+	unlogged    bool
 }
 
 // tempPath is the temp file of a streamed object before it is hashed.
@@ -276,6 +282,7 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 		}
 	}
 	b.objs[info.ID] = seq
+	b.logLocked(info.ID, buf[:n], eof)
 	if ino != 0 {
 		if b.large == nil {
 			b.large = map[cas.ID]uint64{}
@@ -284,6 +291,20 @@ func (b *batch) Put(ctx context.Context, r io.Reader) (cas.Info, bool, error) {
 	}
 	kept = true
 	return info, true, nil
+}
+
+// logLocked keeps a copy of object id, whose bytes are data if whole, for
+// the redo log while the batch is small enough for it. b.mu is held.
+func (b *batch) logLocked(id cas.ID, data []byte, whole bool) {
+	if b.unlogged || b.s.log == nil {
+		return
+	}
+	if !whole || len(b.logged) >= redoMaxObjects || b.loggedBytes+len(data) > redoMaxBytes {
+		b.unlogged, b.logged = true, nil
+		return
+	}
+	b.logged = append(b.logged, redoObject{id: id, data: bytes.Clone(data)})
+	b.loggedBytes += len(data)
 }
 
 // closeOpenLocked closes the temp files a small batch kept open and turns
@@ -359,6 +380,9 @@ func (b *batch) end() (objs map[cas.ID]uint64, open map[uint64]int, fd int, ok b
 	}
 	objs, open, fd = b.objs, b.open, b.fd
 	b.ended, b.objs, b.open, b.fd = true, nil, nil, -1
+	if b.unlogged || len(b.logged) != len(objs) {
+		b.logged = nil
+	}
 	return objs, open, fd, true
 }
 
@@ -460,6 +484,20 @@ func (b *batch) Commit(ctx context.Context) error {
 		}); err != nil {
 			return fmt.Errorf("batch commit: %w", err)
 		}
+	} else if logged := b.takeLogged(); logged != nil {
+		// 1. and 2. by the redo log: the objects' bytes are durable in it,
+		// so nothing else needs a flush (see redolog.go).
+		if err := s.log.append(logged); err != nil {
+			return fmt.Errorf("batch commit: %w", err)
+		}
+		for i, p := range pending {
+			if i > 0 && pending[i-1].id[0] == p.id[0] || s.fanout[p.id[0]].Load() {
+				continue
+			}
+			if err := os.Mkdir(s.fanoutDir(p.id), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("batch commit: %w", err)
+			}
+		}
 	} else {
 		// 1. Fan-out directories, made durable by the flush that follows.
 		var made []byte
@@ -540,6 +578,16 @@ func (b *batch) Commit(ctx context.Context) error {
 		err = fmt.Errorf("batch commit: %w", serr)
 	}
 	return err
+}
+
+// takeLogged hands over the copies of a batch that the redo log can make
+// durable (nil if it cannot), after end.
+func (b *batch) takeLogged() []redoObject {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.logged
+	b.logged = nil
+	return l
 }
 
 // hashedInode returns the inode of the temp file that large object id was

@@ -35,7 +35,8 @@
 // the next collection removes again.
 //
 // Invariants: a file under objects/ always holds bytes whose BLAKE3-256 is its
-// name, unless the disk corrupted it; Get hashes what it serves and ends with
+// name, unless the disk corrupted it or a machine crash lost a logged
+// object's unflushed bytes (repaired by the next Open, see below); Get hashes what it serves and ends with
 // cas.ErrCorrupt instead of io.EOF in that case. Names under objects/ that
 // are not object names are ignored (never listed, never deleted).
 //
@@ -46,10 +47,21 @@
 // that name stays until a later flush has made the link durable (the next
 // batch's syncfs retires it), and Open redoes, before anything reads the
 // store, the publication of every pub- file a crash left (linking in those
-// whose content hashes to the id they name, removing the rest). A seal of a
-// few files thus waits for two device flushes in all, this syncfs and the
-// journal's commit, where it waited for three (the renames had a syncfs of
-// their own). With Options.SmallBatch, a batch of at most that many objects
+// whose content hashes to the id they name, removing the rest).
+//
+// A small batch (at most 64 objects, 1 MiB, each hashed in memory: a seal
+// of a few changed files) skips even that syncfs, which writes back every
+// dirty page of the file system, anyone's: its objects' bytes are appended
+// to the store's redo log (<dir>/redo.log, preallocated) and made durable by
+// one fdatasync of it, then linked into place with nothing flushed; Open
+// rewrites, from the log and before anything reads the store, every logged
+// object a crash left missing or damaged, and a full log is emptied by one
+// syncfs (redolog.go). Such a seal waits for two fdatasyncs of small
+// appends, the log's and the journal's. So, after a machine crash and
+// until Open, a file under objects/ may be damaged; Get detects it
+// (ErrCorrupt), and only a store opened without the log's replay (negative
+// StaleTempAge: the FUSE server) could meet it before esfd's Open has
+// repaired it. With Options.SmallBatch, a batch of at most that many objects
 // fsyncs its files and directories in parallel instead, which other
 // writers' dirty pages cannot slow down but which costs a flush of the
 // disk's cache per fsync (slower on an idle file system; off by default).

@@ -79,6 +79,10 @@ type Store struct {
 	// verified maps large objects to the file identity they were last
 	// verified under (see verified.go).
 	verified map[cas.ID]fileKey
+	// log makes small batches durable with one fdatasync (redolog.go);
+	// nil in a store opened read-mostly (negative StaleTempAge) or
+	// elsewhere than Linux.
+	log *redoLog
 }
 
 // pubPrefix starts the temp file names that name their object: a batch's
@@ -166,6 +170,9 @@ func Open(dir string, o *Options) (*Store, error) {
 			return nil, fmt.Errorf("open store %s: %w", dir, err)
 		}
 		if err := s.removeStaleTemps(time.Now().Add(-age)); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", dir, err)
+		}
+		if s.log, err = openRedoLog(s); err != nil {
 			return nil, fmt.Errorf("open store %s: %w", dir, err)
 		}
 	}
