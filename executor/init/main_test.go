@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/esf-dev/esf/executor/initproto"
 )
 
 // TestReap: children that exited are zombies until reap, and none after.
@@ -33,7 +36,7 @@ func TestReap(t *testing.T) {
 		}
 		return '?'
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for _, pid := range pids {
 		for state(pid) != 'Z' {
 			if time.Now().After(deadline) {
@@ -56,12 +59,44 @@ func TestSIGTERM(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	// With the executor's socket, as runc starts it: its agent answering
+	// says the init subscribed to SIGTERM (which it does first). A
+	// SIGTERM before that would kill it, and a loaded machine can take
+	// long to get there, so no fixed wait can stand for this.
+	sock := filepath.Join(t.TempDir(), "exec.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	lf, err := ln.File()
+	ln.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(buildInit(t))
+	cmd.ExtraFiles = []*os.File{lf}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	lf.Close()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		cmd.Process.Kill()
+		<-done
+		t.Fatal(err)
+	}
+	c.CloseWrite() // an empty request: the agent answers it with an error
+	var st initproto.Started
+	_, err = initproto.Read(c, &st)
+	c.Close()
+	if err != nil || st.Err == "" {
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("the init's agent did not answer an empty request: %+v %v", st, err)
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("init exited on its own: %v", err)
@@ -75,7 +110,7 @@ func TestSIGTERM(t *testing.T) {
 		if err != nil {
 			t.Fatalf("init exited with %v after SIGTERM", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		cmd.Process.Kill()
 		<-done
 		t.Fatal("init ignored SIGTERM")
