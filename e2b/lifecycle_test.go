@@ -125,8 +125,14 @@ func TestPauseResumeForkSnapshot(t *testing.T) {
 // not killed, and resumes with its files.
 func TestAutoPause(t *testing.T) {
 	h := newHarness(t)
-	sb := h.create(t, map[string]any{"timeout": 1, "autoPause": true})
+	// The file is written before the timeout is made short: with a
+	// timeout of 1 s from the create, a loaded machine can pause the
+	// sandbox before the write reaches it.
+	sb := h.create(t, map[string]any{"timeout": 300, "autoPause": true})
 	h.envd(sb).sh(t, "echo x > /home/user/x")
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/timeout", map[string]any{"timeout": 1}, nil); st != 204 {
+		t.Fatalf("set timeout: %d", st)
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var d sandboxDetail
