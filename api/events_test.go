@@ -107,8 +107,8 @@ func nextEvent(t *testing.T, evs <-chan journal.Event) journal.Event {
 	select {
 	case ev := <-evs:
 		return ev
-	case <-time.After(10 * time.Second):
-		t.Fatal("no event in 10s")
+	case <-time.After(time.Minute):
+		t.Fatal("no event in a minute")
 	}
 	return journal.Event{}
 }
@@ -154,7 +154,7 @@ func TestEventsFollow(t *testing.T) {
 		if !errors.Is(err, errdefs.ErrUnavailable) && errdefs.CodeOf(err) != errdefs.CodeDeadlineExceeded {
 			t.Fatalf("follow after cancel: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("follow did not end on cancel")
 	}
 	// The handler notices the client left and ends.
@@ -164,7 +164,9 @@ func TestEventsFollow(t *testing.T) {
 // TestEventsFollowEndsOnShutdown: a follower does not hold shutdown for the
 // grace period; it is told the daemon went away (unavailable).
 func TestEventsFollowEndsOnShutdown(t *testing.T) {
-	h := newHarness(t, time.Minute)
+	// A grace period far longer than a loaded machine needs to shut
+	// down: a Serve that waits it out is the failure.
+	h := newHarness(t, 5*time.Minute)
 	_, done := follow(h, context.Background(), v1.EventsQuery{})
 	waitFor(t, func() bool { return h.srv.active.Load() == 1 })
 	start := time.Now()
@@ -175,11 +177,8 @@ func TestEventsFollowEndsOnShutdown(t *testing.T) {
 			t.Fatalf("Serve: %v", err)
 		}
 		h.done <- nil
-	case <-time.After(10 * time.Second):
-		t.Fatal("Serve waited for a follower")
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("shutdown took %v with a follower", d)
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("Serve waited for a follower: %v after the shutdown began", time.Since(start))
 	}
 	if err := <-done; !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("follower at shutdown: %v, want unavailable", err)
