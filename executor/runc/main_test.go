@@ -280,13 +280,31 @@ func (s *syncBuffer) String() string {
 // waitFor polls until s contains want.
 func (s *syncBuffer) waitFor(t *testing.T, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(s.String(), want) {
 		if time.Now().After(deadline) {
 			t.Fatalf("output never contained %q; got %q", want, s.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// expiring is a context that times out (Err is context.DeadlineExceeded)
+// when the test calls expire: a timeout that fires once the command got
+// where the test needs it, which no fixed duration promises on a loaded
+// machine.
+type expiring struct{ context.Context }
+
+func (e expiring) Err() error {
+	if e.Context.Err() != nil {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func withExpiry(parent context.Context) (ctx context.Context, expire func()) {
+	c, cancel := context.WithCancel(parent)
+	return expiring{c}, cancel
 }
 
 // containerPids lists the container's processes as the cgroup has them.
