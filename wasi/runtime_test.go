@@ -123,7 +123,7 @@ func noLeak(t *testing.T) {
 	t.Helper()
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for {
 			n := runtime.NumGoroutine()
 			if n <= before {
@@ -295,7 +295,9 @@ func TestRun_Timeout(t *testing.T) {
 				t.Errorf("code %q, want %q", c, errdefs.CodeDeadlineExceeded)
 			}
 			// The compile of a cold guest is not interruptible; allow it.
-			if took-o.res.Compile > 3*time.Second {
+			// The bound is far from the guests' endless run and from
+			// what a loaded machine adds to the deadline.
+			if took-o.res.Compile > 30*time.Second {
 				t.Errorf("stopped %v after start, want soon after the 300ms deadline", took)
 			}
 		})
@@ -796,7 +798,7 @@ func TestRuntime_Close(t *testing.T) {
 		if !errors.Is(err, wasi.ErrUnavailable) {
 			t.Errorf("running module after Close: %v, want ErrUnavailable", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Close did not stop a running module")
 	}
 	if _, err := r.Run(context.Background(), spin); !errors.Is(err, wasi.ErrUnavailable) {
