@@ -119,7 +119,11 @@ func TestProcesses(t *testing.T) {
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {
-		_, ch := c.stream(ctx, t, envdwire.ProcStart, run("sleep 1000"), map[string]string{envdwire.HeaderTimeoutMs: "300"})
+		// The timeout runs from the request, start included: one a
+		// loaded machine can spend before the command runs ends the
+		// call as a start failure instead. 5 s is far from that and
+		// from sleep's 1000.
+		_, ch := c.stream(ctx, t, envdwire.ProcStart, run("sleep 1000"), map[string]string{envdwire.HeaderTimeoutMs: "5000"})
 		r := collect(t, ch)
 		if r.end == nil || r.end.ExitCode != -1 || r.end.Error == nil {
 			t.Fatalf("timeout: %+v", r.end)
