@@ -176,14 +176,19 @@ func (c *Client) execInteractive(ctx context.Context, req v1.ExecRequest, s Exec
 	if err != nil {
 		return v1.ExecResult{}, c.transportError(ctx, err)
 	}
-	done := make(chan struct{}) // the command ended, or ExecIO gives up
+	// xctx ends when the command ended, ExecIO gives up, or the caller
+	// cancels: its end closes the connection, so whatever the server
+	// answers to that (an ack for stdin it drops) comes after done is
+	// closed, and the stdin sender reads no more of the caller's stdin.
+	xctx, end := context.WithCancel(ctx)
+	done := xctx.Done()
 	var wg sync.WaitGroup
 	defer func() {
-		close(done)
+		end()
 		conn.Close()
 		wg.Wait()
 	}()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	stop := context.AfterFunc(xctx, func() { conn.Close() })
 	defer stop()
 
 	bw := bufio.NewWriter(conn)
@@ -218,7 +223,7 @@ func (c *Client) execInteractive(ctx context.Context, req v1.ExecRequest, s Exec
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return v1.ExecResult{}, errorFromResponse(resp)
+		return v1.ExecResult{}, c.stdinFailure(stdinErr, errorFromResponse(resp))
 	}
 	if err := checkExecResponse(resp); err != nil {
 		return v1.ExecResult{}, err
@@ -227,11 +232,19 @@ func (c *Client) execInteractive(ctx context.Context, req v1.ExecRequest, s Exec
 	if err != nil {
 		return v1.ExecResult{}, c.stdinFailure(stdinErr, c.streamError(ctx, err))
 	}
-	return wire.ExitPayload(p)
+	res, err := wire.ExitPayload(p)
+	if err != nil {
+		// The server may have seen us leave and answered before the
+		// connection closed: a TLS connection says close_notify first,
+		// and the exit frame can come back through it in between.
+		return res, c.stdinFailure(stdinErr, err)
+	}
+	return res, nil
 }
 
 // stdinFailure prefers a failure to read the caller's stdin, which killed
-// the command, to what the exchange saw of it.
+// the command, to what the exchange saw of it. A command that ended by
+// itself is not an error even if stdin failed after.
 func (c *Client) stdinFailure(stdinErr <-chan error, err error) error {
 	select {
 	case serr := <-stdinErr:
@@ -249,6 +262,11 @@ func sendStdin(r io.Reader, up *wire.Writer, cr *credit, done <-chan struct{}, e
 		n, ok := cr.take(len(buf))
 		if !ok {
 			return
+		}
+		select {
+		case <-done:
+			return // credit that came as the exchange ended: read no more
+		default:
 		}
 		m, err := r.Read(buf[:n])
 		cr.give(n - m)
