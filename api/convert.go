@@ -1,6 +1,9 @@
 package api
 
 import (
+	"encoding/json"
+	"strings"
+
 	v1 "github.com/esf-dev/esf/api/v1"
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/s3"
@@ -53,7 +56,43 @@ func execResult(r fabric.ExecResult) v1.ExecResult       { return v1.ExecResult(
 func droppedView(d export.Dropped) v1.Dropped            { return v1.Dropped(d) }
 func remoteStatus(r fabric.RemoteStatus) v1.RemoteStatus { return v1.RemoteStatus(r) }
 func runtimeView(r journal.AttemptRuntime) v1.AttemptRuntime {
+	r.Data = hideEnvValues(r.Data)
 	return v1.AttemptRuntime(r)
+}
+
+// hideEnvValues returns a runtime record's data with its container
+// environment cut to the variables' names: their values may be secrets
+// (an E2B sandbox's envVars), and the view is shown to anyone with an API
+// token (inspect, esfctl, the UI), as the attempt's provenance keeps the
+// names only. Data without an environment is returned as it is.
+func hideEnvValues(data json.RawMessage) json.RawMessage {
+	var d map[string]json.RawMessage
+	if json.Unmarshal(data, &d) != nil {
+		return data
+	}
+	var c map[string]json.RawMessage
+	if json.Unmarshal(d["container"], &c) != nil {
+		return data
+	}
+	var env []string
+	if json.Unmarshal(c["env"], &env) != nil || len(env) == 0 {
+		return data
+	}
+	for i, kv := range env {
+		env[i], _, _ = strings.Cut(kv, "=")
+	}
+	var err error
+	if c["env"], err = json.Marshal(env); err != nil {
+		return nil
+	}
+	if d["container"], err = json.Marshal(c); err != nil {
+		return nil
+	}
+	out, err := json.Marshal(d)
+	if err != nil {
+		return nil // never the values
+	}
+	return out
 }
 func problemView(p fabric.ProvenanceProblem) v1.ProvenanceProblem {
 	return v1.ProvenanceProblem(p)

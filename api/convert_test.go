@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/journal"
 	"github.com/esf-dev/esf/treediff"
 )
 
@@ -166,4 +167,37 @@ func TestRequestViewsDecodeAsRecords(t *testing.T) {
 	sameRequest(t, collectRequest)
 	sameRequest(t, mergeRequest)
 	sameRequest(t, exportNodeRequest)
+}
+
+// The runtime record an inspect shows keeps a runc attempt's container
+// environment by its names only: the values (an E2B sandbox's envVars,
+// API keys handed to it) are secrets, and /v1 inspect, esfctl and the UI
+// show the record to anyone holding an API token.
+func TestRuntimeViewHidesEnvValues(t *testing.T) {
+	data := `{"base_root_id":"r1","container":{"env":["API_KEY=hunter2-secret","PATH=/usr/bin","BARE"],"workdir":"/w"},"ttl_ms":5}`
+	v := runtimeView(journal.AttemptRuntime{AttemptID: "a1", Data: json.RawMessage(data)})
+	if bytes.Contains(v.Data, []byte("hunter2")) || bytes.Contains(v.Data, []byte("/usr/bin")) {
+		t.Fatalf("the view shows env values: %s", v.Data)
+	}
+	var got struct {
+		BaseRootID string `json:"base_root_id"`
+		TTL        int64  `json:"ttl_ms"`
+		Container  struct {
+			Env     []string `json:"env"`
+			Workdir string   `json:"workdir"`
+		} `json:"container"`
+	}
+	if err := json.Unmarshal(v.Data, &got); err != nil {
+		t.Fatalf("view data %s: %v", v.Data, err)
+	}
+	if got.BaseRootID != "r1" || got.TTL != 5 || got.Container.Workdir != "/w" ||
+		!reflect.DeepEqual(got.Container.Env, []string{"API_KEY", "PATH", "BARE"}) {
+		t.Fatalf("view data %s lost more than the values", v.Data)
+	}
+	// Data without a container environment is shown as recorded.
+	for _, d := range []string{`{"k":1}`, `{"container":{"workdir":"/w"}}`, `not json`} {
+		if v := runtimeView(journal.AttemptRuntime{Data: json.RawMessage(d)}); string(v.Data) != d {
+			t.Errorf("runtimeView(%s) = %s", d, v.Data)
+		}
+	}
 }
