@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"math"
 	"math/bits"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -52,6 +54,7 @@ import (
 type StatCache struct {
 	mu      sync.Mutex
 	slots   []statEntry            // len 0 or the capacity; ino 0 marks a free slot
+	mapping *slotMapping           // slots' mapping, unmapped when the cache is dropped
 	n       int                    // used slots
 	xattrs  map[fileID][]cas.Xattr // of the remembered files that have any
 	max     int
@@ -94,7 +97,13 @@ func NewStatCache(max int) *StatCache {
 	if max <= 0 {
 		max = DefaultStatCacheEntries
 	}
-	return &StatCache{xattrs: map[fileID][]cas.Xattr{}, max: max, racy: RacyWindow, nowFunc: time.Now}
+	c := &StatCache{xattrs: map[fileID][]cas.Xattr{}, max: max, racy: RacyWindow, nowFunc: time.Now,
+		mapping: &slotMapping{}}
+	// The table is outside the heap: the collector frees the cache, not
+	// its table (a fabric, and so its cache, may be one of many a process
+	// makes and drops).
+	runtime.AddCleanup(c, (*slotMapping).free, c.mapping)
+	return c
 }
 
 // Len is the number of files remembered.
@@ -233,8 +242,8 @@ func (c *StatCache) grow() {
 	if size <= len(c.slots) {
 		return
 	}
-	old := c.slots
-	c.slots = allocSlots(size)
+	old, oldMapped := c.slots, c.mapping.b
+	c.slots, c.mapping.b = allocSlots(size)
 	for _, e := range old {
 		if e.ino == 0 {
 			continue
@@ -245,32 +254,50 @@ func (c *StatCache) grow() {
 		}
 		c.slots[i] = e
 	}
-	freeSlots(old)
+	unmapSlots(oldMapped)
 }
 
 // allocSlots maps a zeroed table of n slots outside the Go heap: the
 // collector neither scans it nor paces itself on it (on the heap a table
 // of T bytes let garbage grow by T more before a collection), and the
 // pages of an outgrown table go back to the system at once. Where the
-// kernel refuses the mapping, the heap serves.
-func allocSlots(n int) []statEntry {
-	size := n * int(unsafe.Sizeof(statEntry{}))
-	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+// kernel refuses the mapping, the heap serves (mapped is then nil: heap
+// memory must never reach munmap, which would unmap a large, page-aligned
+// heap object under the Go runtime).
+func allocSlots(n int) (slots []statEntry, mapped []byte) {
+	b, err := mmapSlots(n * int(unsafe.Sizeof(statEntry{})))
 	if err != nil {
-		return make([]statEntry, n)
+		return make([]statEntry, n), nil
 	}
-	return unsafe.Slice((*statEntry)(unsafe.Pointer(unsafe.SliceData(b))), n)
+	mappedSlots.Add(int64(len(b)))
+	return unsafe.Slice((*statEntry)(unsafe.Pointer(unsafe.SliceData(b))), n), b
 }
 
-// freeSlots unmaps a table allocSlots mapped (a heap one is left to the
-// collector: munmap refuses it).
-func freeSlots(s []statEntry) {
-	if len(s) == 0 {
+// unmapSlots unmaps a table allocSlots mapped (nil: none).
+func unmapSlots(b []byte) {
+	if len(b) == 0 {
 		return
 	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(statEntry{})))
-	_ = unix.Munmap(b)
+	if munmapSlots(b) == nil {
+		mappedSlots.Add(-int64(len(b)))
+	}
 }
+
+// slotMapping holds a cache's mapped table for the cleanup that unmaps
+// it when the cache is dropped.
+type slotMapping struct{ b []byte }
+
+func (m *slotMapping) free() { unmapSlots(m.b) }
+
+// mmapSlots and munmapSlots map and unmap tables (tests replace them);
+// mappedSlots counts the bytes mapped.
+var (
+	mmapSlots = func(size int) ([]byte, error) {
+		return unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	}
+	munmapSlots = unix.Munmap
+	mappedSlots atomic.Int64
+)
 
 // evict forgets one remembered file to make room for f: the one in f's
 // first slot, or after it.

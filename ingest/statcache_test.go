@@ -283,3 +283,62 @@ func TestStatCacheTableMatchesAMap(t *testing.T) {
 		}
 	}
 }
+
+// fillCache remembers n files of device 1 in c.
+func fillCache(c *StatCache, n int) {
+	old := time.Now().Add(-time.Hour)
+	for i := range n {
+		st := unix.Stat_t{Dev: 1, Ino: uint64(i + 1), Size: int64(i)}
+		st.Mtim, st.Ctim = unix.NsecToTimespec(old.UnixNano()), unix.NsecToTimespec(old.UnixNano())
+		c.remember(&st, cas.ZeroID, nil, time.Now())
+	}
+}
+
+// A cache's table, mapped outside the heap, goes back to the system when
+// the cache is dropped (a fabric's cache is dropped with the fabric: a
+// process that makes many, as tests and in-process restarts do, must not
+// keep every table it ever mapped).
+func TestStatCacheTableIsUnmappedWhenDropped(t *testing.T) {
+	base := mappedSlots.Load()
+	for range 8 {
+		fillCache(NewStatCache(0), 5000)
+	}
+	if mappedSlots.Load() <= base {
+		t.Fatalf("no table mapped (%d bytes, %d before)", mappedSlots.Load(), base)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for mappedSlots.Load() > base {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes of dropped tables still mapped (%d before)", mappedSlots.Load(), base)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Where the kernel refuses a mapping the table lives on the heap: growing
+// it never hands heap memory to munmap (which would unmap the pages of a
+// large, page-aligned heap object under the Go runtime).
+func TestStatCacheHeapTableIsNotUnmapped(t *testing.T) {
+	mmap, munmap := mmapSlots, munmapSlots
+	t.Cleanup(func() { mmapSlots, munmapSlots = mmap, munmap })
+	mmapSlots = func(int) ([]byte, error) { return nil, unix.ENOMEM }
+	munmapSlots = func(b []byte) error {
+		t.Errorf("munmap of %d bytes of a heap table", len(b))
+		return unix.EINVAL
+	}
+	before := mappedSlots.Load()
+	c := NewStatCache(0)
+	fillCache(c, 20000) // grows through tables of 64 KiB and more
+	if mappedSlots.Load() != before {
+		t.Fatalf("mapped bytes moved from %d to %d with mmap refused", before, mappedSlots.Load())
+	}
+	// The table still answers: nothing was unmapped under it.
+	for i := range 20000 {
+		st := unix.Stat_t{Dev: 1, Ino: uint64(i + 1), Size: int64(i)}
+		if _, ok := c.find(fileOf(&st)); !ok {
+			t.Fatalf("file %d lost", i+1)
+		}
+	}
+	runtime.KeepAlive(c)
+}
