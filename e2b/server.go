@@ -120,8 +120,13 @@ type sandbox struct {
 	// op serialises the calls that change what runs (pause, connect,
 	// fork, snapshot, kill).
 	op sync.Mutex
+	// rec serialises writing and deleting the sandbox's record (state.go),
+	// so the last write describes its latest state and none follows the
+	// delete.
+	rec sync.Mutex
 
 	// Guarded by Server.mu.
+	gone      bool               // killed or ended: its record is deleted, never written again
 	token     string             // the envd access token replies carry ("" after a restart until minted)
 	tokens    [][32]byte         // SHA-256 of the accepted tokens (state.go)
 	attempt   fabric.AttemptView // the live attempt (zero when paused)
@@ -608,13 +613,14 @@ func (s *Server) lookup(ctx context.Context, id string) (*sandbox, error) {
 		return sb, nil // paused or resumed meanwhile
 	}
 	delete(s.sandboxes, id)
+	sb.gone = true
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
 	procs := sb.procs
 	s.mu.Unlock()
 	procs.killAll()
-	s.forgetRecord(ctx, id)
+	s.forgetSandbox(ctx, sb)
 	return nil, notFound(id)
 }
 
@@ -778,6 +784,7 @@ func (s *Server) killLocked(ctx context.Context, sb *sandbox) error {
 		return notFound(sb.id)
 	}
 	delete(s.sandboxes, sb.id)
+	sb.gone = true
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
@@ -792,7 +799,7 @@ func (s *Server) killLocked(ctx context.Context, sb *sandbox) error {
 	}
 	// Forgotten first: a sandbox killed is gone even if the release
 	// fails (its lease then runs out).
-	s.forgetRecord(ctx, sb.id)
+	s.forgetSandbox(ctx, sb)
 	if attemptID != "" {
 		if _, err := s.f.Release(ctx, fabric.ReleaseRequest{AttemptID: attemptID}); err != nil {
 			return err

@@ -112,9 +112,18 @@ func (sb *sandbox) record() sandboxRecord {
 	return r
 }
 
-// persist writes sb's record as it is now.
+// persist writes sb's record as it is now. Once sb is gone it writes
+// nothing and answers not found: a call that looked sb up before a kill
+// must not bring its record back (a restart would serve the killed
+// sandbox again), nor a resume start it again.
 func (s *Server) persist(ctx context.Context, sb *sandbox) error {
+	sb.rec.Lock()
+	defer sb.rec.Unlock()
 	s.mu.Lock()
+	if sb.gone {
+		s.mu.Unlock()
+		return notFound(sb.id)
+	}
 	rec := sb.record()
 	s.mu.Unlock()
 	b, err := json.Marshal(rec)
@@ -131,9 +140,23 @@ func (s *Server) persist(ctx context.Context, sb *sandbox) error {
 // failure is logged (after a restart the sandbox is then as its last
 // record says, or dropped if that names an ended attempt).
 func (s *Server) persistLogged(ctx context.Context, sb *sandbox) {
-	if err := s.persist(ctx, sb); err != nil {
+	if err := s.persist(ctx, sb); err != nil && !s.isGone(sb) {
 		s.log.Warn("e2b: record a sandbox", "sandbox", sb.id, "err", err)
 	}
+}
+
+// isGone reports whether sb was killed or ended.
+func (s *Server) isGone(sb *sandbox) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sb.gone
+}
+
+// forgetSandbox deletes the record of sb, which is gone.
+func (s *Server) forgetSandbox(ctx context.Context, sb *sandbox) {
+	sb.rec.Lock()
+	defer sb.rec.Unlock()
+	s.forgetRecord(ctx, sb.id)
 }
 
 // forgetRecord deletes sandbox id's record.

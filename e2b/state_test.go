@@ -1,8 +1,10 @@
 package e2b
 
 import (
+	"context"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // TestRestartKeepsSandboxes: the front door's state is in the journal, so
@@ -98,5 +100,48 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 	}
 	if out := h.envd(rep).sh(t, "cat /home/user/p"); out != "paused\n" {
 		t.Fatalf("after a second restart: %q", out)
+	}
+}
+
+// A call that looked a sandbox up before a kill and records it after
+// (info or get minting a token after a restart, a renew) must not bring
+// the killed sandbox's record back: a paused sandbox's node stays, so the
+// next restart would serve the killed sandbox again.
+func TestKilledSandboxStaysGoneAcrossARestartRace(t *testing.T) {
+	h := newHarness(t)
+	sb := h.create(t, nil)
+	if st, _ := h.call(t, "POST", "/sandboxes/"+sb.SandboxID+"/pause", nil, nil); st != 204 {
+		t.Fatalf("pause: %d", st)
+	}
+	h.restartFront(t)
+	// The info call's lookup, before the kill.
+	held, err := h.srv.lookup(context.Background(), sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := h.call(t, "DELETE", "/sandboxes/"+sb.SandboxID, nil, nil); st != 204 {
+		t.Fatalf("kill: %d", st)
+	}
+	// The info call goes on: it mints a token and records it; a renew
+	// records its new end.
+	if err := h.srv.ensureToken(context.Background(), held); err != nil {
+		t.Logf("ensureToken after the kill: %v", err)
+	}
+	h.srv.persistLogged(context.Background(), held)
+	// A connect that looked it up before the kill and got its turn after
+	// it does not resume it.
+	held.op.Lock()
+	_, _, err = h.srv.resume(context.Background(), held, time.Minute)
+	held.op.Unlock()
+	if err == nil {
+		t.Errorf("a killed sandbox resumed")
+	}
+	if st, _ := h.call(t, "GET", "/sandboxes/"+sb.SandboxID, nil, nil); st != http.StatusNotFound {
+		t.Fatalf("a killed sandbox: %d, want 404", st)
+	}
+
+	h.restartFront(t)
+	if st, _ := h.call(t, "GET", "/sandboxes/"+sb.SandboxID, nil, nil); st != http.StatusNotFound {
+		t.Fatalf("a killed sandbox after a restart: %d, want 404", st)
 	}
 }
