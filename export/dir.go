@@ -529,22 +529,63 @@ func (x *dirExporter) special(dirfd int, e *cas.Entry, rel string) (created bool
 // following symlinks, and links without AT_SYMLINK_FOLLOW, so even a
 // hand-made tree cannot turn the link into a path out of dest.
 func (x *dirExporter) link(first linkFirst, dirfd int, name string) error {
+	err := x.linkVia(first, dirfd, name, false)
+	if errors.Is(err, unix.EACCES) {
+		// A directory on the way took its mode already (finishDir) and it
+		// denies search, which only CAP_DAC_OVERRIDE passes: open the way
+		// for the link, as its owner, and close it again.
+		err = x.linkVia(first, dirfd, name, true)
+	}
+	return err
+}
+
+// linkVia links first to name in dirfd, reaching first from the export's
+// root; widen lets each directory on the way be searched for the while
+// (see link).
+func (x *dirExporter) linkVia(first linkFirst, dirfd int, name string, widen bool) (err error) {
 	src := x.rootFD
+	type narrow struct {
+		parent int
+		name   string
+		mode   uint32
+	}
+	var fds []int
+	var restore []narrow
+	defer func() {
+		for i := len(restore) - 1; i >= 0; i-- {
+			r := restore[i]
+			if cerr := unix.Fchmodat(r.parent, r.name, r.mode, 0); cerr != nil && err == nil {
+				err = fmt.Errorf("link to %s: restore the mode of %s: %w", joinPath(first.dir, first.name), r.name, cerr)
+			}
+		}
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
 	if first.dir != "" {
 		for _, c := range strings.Split(first.dir, "/") {
 			if err := cas.ValidName(c); err != nil {
 				return fmt.Errorf("link: %w", err)
 			}
 			next, err := unix.Openat(src, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if src != x.rootFD {
-				unix.Close(src)
-			}
 			if err != nil {
 				return fmt.Errorf("link to %s: open %s: %w", joinPath(first.dir, first.name), c, err)
 			}
+			fds = append(fds, next)
+			if widen {
+				var st unix.Stat_t
+				if err := unix.Fstat(next, &st); err != nil {
+					return fmt.Errorf("link to %s: stat %s: %w", joinPath(first.dir, first.name), c, err)
+				}
+				if mode := st.Mode & 0o7777; mode&0o100 == 0 {
+					if err := unix.Fchmodat(src, c, mode|0o100, 0); err != nil {
+						return fmt.Errorf("link to %s: open the way through %s: %w", joinPath(first.dir, first.name), c, err)
+					}
+					restore = append(restore, narrow{src, c, mode})
+				}
+			}
 			src = next
 		}
-		defer unix.Close(src)
 	}
 	if err := unix.Linkat(src, first.name, dirfd, name, 0); err != nil {
 		return fmt.Errorf("link to %s: %w", joinPath(first.dir, first.name), err)
