@@ -375,6 +375,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any, error
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := checkVarsSize(req.Metadata, req.EnvVars); err != nil {
+		return 0, nil, err
+	}
 	nodeID, err := s.template(r.Context(), req.TemplateID)
 	if err != nil {
 		return 0, nil, err
@@ -395,6 +398,27 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) (int, any, error
 		return 0, nil, err
 	}
 	return http.StatusCreated, s.reply(sb), nil
+}
+
+// maxVarsBytes bounds a sandbox's metadata and envVars together, as JSON:
+// they are kept in its record (state.go), which the fabric bounds to 256
+// KiB, and a create refused only when it records the sandbox would have
+// started a container for nothing.
+const maxVarsBytes = 192 << 10
+
+func checkVarsSize(metadata, env map[string]string) error {
+	m, err := json.Marshal(metadata)
+	if err != nil {
+		return httpErr(http.StatusBadRequest, "metadata: %v", err)
+	}
+	e, err := json.Marshal(env)
+	if err != nil {
+		return httpErr(http.StatusBadRequest, "envVars: %v", err)
+	}
+	if n := len(m) + len(e); n > maxVarsBytes {
+		return httpErr(http.StatusBadRequest, "metadata and envVars: %d bytes of JSON, at most %d", n, maxVarsBytes)
+	}
+	return nil
 }
 
 // template resolves a templateID to the node a sandbox starts from: a

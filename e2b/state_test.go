@@ -3,6 +3,8 @@ package e2b
 import (
 	"context"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -143,5 +145,24 @@ func TestKilledSandboxStaysGoneAcrossARestartRace(t *testing.T) {
 	h.restartFront(t)
 	if st, _ := h.call(t, "GET", "/sandboxes/"+sb.SandboxID, nil, nil); st != http.StatusNotFound {
 		t.Fatalf("a killed sandbox after a restart: %d, want 404", st)
+	}
+}
+
+// envVars (or metadata) too big for the sandbox's record are refused
+// before any container starts for them.
+func TestHugeEnvVarsRefusedUpFront(t *testing.T) {
+	h := newHarness(t)
+	env := map[string]string{}
+	for i := range 30 {
+		env["V"+strconv.Itoa(i)] = strings.Repeat("v", 10000)
+	}
+	var out map[string]any
+	st, _ := h.call(t, "POST", "/sandboxes", map[string]any{"templateID": testGroupName, "envVars": env}, &out)
+	if msg, _ := out["message"].(string); st != 400 || !strings.Contains(msg, "envVars") {
+		t.Fatalf("300 KB of envVars: %d %v", st, out)
+	}
+	if st, _ := h.call(t, "POST", "/sandboxes", map[string]any{"templateID": testGroupName,
+		"envVars": map[string]string{"K": strings.Repeat("v", 100000)}}, nil); st != 201 {
+		t.Fatalf("100 KB of envVars: %d", st)
 	}
 }
