@@ -60,7 +60,7 @@ func richTree(t *testing.T, root string) {
 	must(t, os.Symlink("../nowhere/x", filepath.Join(root, "sub", "dangling")))
 	must(t, unix.Mkfifo(filepath.Join(root, "fifo"), 0o640))
 	must(t, unix.Chmod(filepath.Join(root, "fifo"), 0o640))
-	if isRoot() {
+	if isRoot(t) {
 		must(t, unix.Mknod(filepath.Join(root, "cdev"), unix.S_IFCHR|0o620, int(unix.Mkdev(1, 3))))
 		must(t, unix.Chmod(filepath.Join(root, "cdev"), 0o620))
 		must(t, unix.Mknod(filepath.Join(root, "bdev"), unix.S_IFBLK|0o600, int(unix.Mkdev(7, 200))))
@@ -73,7 +73,7 @@ func richTree(t *testing.T, root string) {
 		must(t, unix.Lsetxattr(filepath.Join(root, "a.txt"), "user.a", []byte("binary\x00\xff"), 0))
 		must(t, unix.Lsetxattr(filepath.Join(root, "sub"), "user.dir", []byte("d"), 0))
 		must(t, unix.Lsetxattr(root, "user.root", []byte("r"), 0))
-		if isRoot() {
+		if isRoot(t) {
 			must(t, unix.Lsetxattr(filepath.Join(root, "big.bin"), "trusted.t", []byte("tt"), 0))
 		}
 		// A POSIX ACL (user 1000 may read), as the kernel stores it: GNU tar
@@ -325,7 +325,7 @@ func TestDirEntries(t *testing.T) {
 	if e := get("empty"); e.Size != 0 || e.ID != cas.Sum(nil) || e.MtimeNs != 1234567890e9 {
 		t.Errorf("empty = %+v", e)
 	}
-	if isRoot() {
+	if isRoot(t) {
 		if e := get("cdev"); e.Type != cas.TypeCharDev || e.Major != 1 || e.Minor != 3 || e.Mode != 0o620 {
 			t.Errorf("cdev = %+v", e)
 		}
@@ -343,7 +343,7 @@ func TestDirEntries(t *testing.T) {
 		}
 	}
 	wantCounts := Stats{Files: 11, Dirs: 7, Symlinks: 2, Others: 1}
-	if isRoot() {
+	if isRoot(t) {
 		wantCounts.Others = 3
 	}
 	if res.Files != wantCounts.Files || res.Dirs != wantCounts.Dirs || res.Symlinks != wantCounts.Symlinks ||
@@ -416,7 +416,7 @@ func TestDirXattrs(t *testing.T) {
 		"d": {{Name: "user.d", Value: []byte("dir")}},
 		"":  {{Name: "user.r", Value: []byte("root")}},
 	}
-	if isRoot() {
+	if isRoot(t) {
 		set(filepath.Join(root, "f"), "trusted.secret", "s")
 		want["f"] = append([]cas.Xattr{{Name: "trusted.secret", Value: []byte("s")}}, want["f"]...)
 	}

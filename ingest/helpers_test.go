@@ -182,7 +182,10 @@ func xattrsSupported(t *testing.T, dir string) bool {
 
 func newStore() *mem.Store { return mem.New() }
 
-func isRoot() bool { return os.Geteuid() == 0 }
+// isRoot reports whether the test runs as root and can check ownership,
+// device nodes and trusted.* xattrs too; under ESF_TEST_REQUIRE it fails
+// instead of dropping those checks (internal/testenv).
+func isRoot(t testing.TB) bool { return testenv.Has(t, "root") }
 
 func requireRoot(t *testing.T) {
 	t.Helper()

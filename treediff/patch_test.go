@@ -16,14 +16,13 @@ import (
 	"github.com/esf-dev/esf/cas"
 	"github.com/esf-dev/esf/cas/mem"
 	"github.com/esf-dev/esf/export"
+	"github.com/esf-dev/esf/internal/testenv"
 	"github.com/esf-dev/esf/treediff"
 )
 
 func requireGit(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed; the patch round trip needs git apply")
-	}
+	testenv.Require(t, "cmd:git") // the patch round trip needs git apply
 }
 
 // exportTo materialises root in a fresh directory.

@@ -20,7 +20,7 @@ func TestReap(t *testing.T) {
 		// ForkExec rather than os/exec: nothing else may wait for them.
 		pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
 		if err != nil {
-			t.Skipf("fork /bin/true: %v", err)
+			t.Fatalf("fork /bin/true: %v", err)
 		}
 		pids = append(pids, pid)
 	}
@@ -124,7 +124,7 @@ func buildInit(t *testing.T) string {
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Skipf("go build: %v: %s", err, out)
+		t.Fatalf("go build: %v: %s", err, out)
 	}
 	return bin
 }

@@ -82,6 +82,20 @@ func Require(t testing.TB, names ...string) {
 	}
 }
 
+// Has reports whether every named capability is here, for a test that
+// checks more where it can (device nodes and ownership as root) rather
+// than skipping. A missing capability that ESF_TEST_REQUIRE makes
+// mandatory fails t: in CI the extra checks never drop out silently.
+func Has(t testing.TB, names ...string) bool {
+	t.Helper()
+	err := Check(names...)
+	var m *MissingError
+	if errors.As(err, &m) && m.Required {
+		t.Fatalf("%v (%s=%s makes it mandatory)", err, RequireEnv, os.Getenv(RequireEnv))
+	}
+	return err == nil
+}
+
 // MissingError names the capabilities a test lacks.
 type MissingError struct {
 	Reasons  []string

@@ -38,3 +38,27 @@ func TestCheckNamesWhatIsMissing(t *testing.T) {
 		t.Fatalf("without %s: Check = %v, want a missing, optional capability", RequireEnv, err)
 	}
 }
+
+// fatalRecorder is a testing.TB whose Fatalf records instead of stopping.
+type fatalRecorder struct {
+	testing.TB
+	fatal string
+}
+
+func (r *fatalRecorder) Fatalf(format string, args ...any) { r.fatal = format }
+
+func TestHasFailsOnlyWhenRequired(t *testing.T) {
+	const missing = "cmd:esf-no-such-program-here"
+	t.Setenv(RequireEnv, "")
+	r := &fatalRecorder{TB: t}
+	if Has(r, missing) || r.fatal != "" {
+		t.Fatalf("optional and missing: Has = true or failed (%q)", r.fatal)
+	}
+	if !Has(r, "cmd:sh") || r.fatal != "" {
+		t.Fatalf("present: Has = false or failed (%q)", r.fatal)
+	}
+	t.Setenv(RequireEnv, missing)
+	if Has(r, missing); r.fatal == "" {
+		t.Fatalf("%s=%s: Has did not fail the test", RequireEnv, missing)
+	}
+}
