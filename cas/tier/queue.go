@@ -15,6 +15,7 @@ import (
 
 	"github.com/esf-dev/esf/cas"
 	s3store "github.com/esf-dev/esf/cas/s3"
+	"github.com/esf-dev/esf/internal/atomicfile"
 )
 
 // Async durability (Options.QueueDir): a write is acknowledged once it is
@@ -67,8 +68,10 @@ func openQueue(dir string) (*queue, error) {
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, ".tmp-") {
-			os.Remove(filepath.Join(dir, name)) // never acknowledged
+		if strings.HasPrefix(name, ".") {
+			// An atomicfile temporary (or an older ".tmp-" one): its
+			// add never returned, so nothing was acknowledged.
+			os.Remove(filepath.Join(dir, name))
 			continue
 		}
 		ids, err := q.read(name)
@@ -113,26 +116,7 @@ func (q *queue) add(ids []cas.ID) error {
 	// processes by pid.
 	name := fmt.Sprintf("%020d-%d-%d", time.Now().UnixNano(), os.Getpid(), q.seq)
 	q.mu.Unlock()
-	tmp := filepath.Join(q.dir, ".tmp-"+name)
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("upload queue: %w", err)
-	}
-	_, err = f.Write(b.Bytes())
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(q.dir, name))
-	}
-	if err == nil {
-		err = syncDir(q.dir)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.WriteFile(filepath.Join(q.dir, name), b.Bytes(), 0o600); err != nil {
 		return fmt.Errorf("upload queue: %w", err)
 	}
 	q.mu.Lock()
@@ -143,15 +127,6 @@ func (q *queue) add(ids []cas.ID) error {
 	default:
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func (q *queue) status() QueueStatus {
