@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -55,5 +56,50 @@ func TestReadmeStaysInTheRepo(t *testing.T) {
 				t.Errorf("%s links to %s, which does not exist", doc, m[1])
 			}
 		}
+	}
+}
+
+// TestFRTestsNameRequirementsOfTheDesign: every TestFRxx in the repository
+// names a requirement that docs/design.md lists as a row "| FR-xx |", so a
+// test never cites a requirement the repository does not state.
+func TestFRTestsNameRequirementsOfTheDesign(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	design, err := os.ReadFile(filepath.Join(root, "docs", "design.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr := regexp.MustCompile(`(?m)^func (TestFR(\d+)\w*)\(`)
+	seen := 0
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, m := range fr.FindAllStringSubmatch(string(b), -1) {
+			seen++
+			if !strings.Contains(string(design), "| FR-"+m[2]+" |") {
+				rel, _ := filepath.Rel(root, p)
+				t.Errorf("%s: %s cites FR-%s, which docs/design.md does not list", rel, m[1], m[2])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen < 10 {
+		t.Fatalf("found %d TestFRxx functions; the walk missed them", seen)
 	}
 }
