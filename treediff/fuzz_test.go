@@ -103,8 +103,10 @@ func FuzzDiffApply(f *testing.F) {
 }
 
 // FuzzMerge checks Merge against a flat, path-by-path model of the rules:
-// every path merged three-way on its own value, then every surviving path
-// whose parent did not survive as a directory is a conflict.
+// every path merged three-way on its own value (an mtime alone is not a
+// change: heads that agree but for it take the latest, and a head that only
+// touched a path yields), then every surviving path whose parent did not
+// survive as a directory is a conflict.
 func FuzzMerge(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add(s)
@@ -141,12 +143,15 @@ func FuzzMerge(f *testing.F) {
 		}
 		result := map[string]res{}
 		conflicted := map[string]bool{}
+		// key is a path's value but for its mtime.
 		key := func(m map[string]node, p string) (string, node, bool) {
 			n, ok := m[p]
 			if !ok {
 				return "-", n, false
 			}
-			return n.String(), n, true
+			k := n
+			k.e.MtimeNs = 0
+			return k.String(), n, true
 		}
 		for p := range union {
 			bk, bn, bok := key(fbase, p)
@@ -158,10 +163,13 @@ func FuzzMerge(f *testing.F) {
 				if hk == bk {
 					continue
 				}
-				if pick == nil {
+				switch {
+				case pick == nil:
 					pick, pickKey = &res{hn, hok}, hk
-				} else if hk != pickKey {
+				case hk != pickKey:
 					conflict = true
+				case hn.e.MtimeNs > pick.n.e.MtimeNs:
+					pick.n = hn
 				}
 			}
 			switch {
@@ -170,6 +178,12 @@ func FuzzMerge(f *testing.F) {
 			case pick != nil:
 				result[p] = *pick
 			default:
+				// Nobody changed more than mtimes: base at the latest.
+				for i := range heads {
+					if hn, ok := fheads[i][p]; ok && hn.e.MtimeNs > bn.e.MtimeNs {
+						bn.e.MtimeNs = hn.e.MtimeNs
+					}
+				}
 				result[p] = res{bn, bok}
 			}
 		}
