@@ -128,6 +128,15 @@ type UsageReporter interface {
 	Usage(ctx context.Context, id string) (Usage, error)
 }
 
+// PoolLimiter is implemented by an Executor that keeps idle containers
+// started for activations to adopt (a warm pool). The daemon's live-attempt
+// quota calls SetPoolLimit with the room it has left, so that idle
+// containers never outnumber the attempts that could still start; n < 0
+// lifts the cap (no quota).
+type PoolLimiter interface {
+	SetPoolLimit(n int)
+}
+
 // Spec describes a container.
 type Spec struct {
 	// Rootfs is the container's root: an existing directory, absolute,

@@ -46,7 +46,12 @@ func hostIDs(t *testing.T, pid int) (uid, gid int) {
 // capabilities (CAP_MKNOD and CAP_SETFCAP dropped, and they would not
 // reach the host through the user namespace anyway).
 func TestBoundary_SetuidInSandboxNotRootOnHost(t *testing.T) {
-	v := newEnvWith(t, Options{UserNS: testUserNS})
+	coldAndPooled(t, testBoundary_SetuidInSandboxNotRootOnHost)
+}
+
+func testBoundary_SetuidInSandboxNotRootOnHost(t *testing.T, opts Options) {
+	opts.UserNS = testUserNS
+	v := newEnvWith(t, opts)
 	v.start("uns", executor.Spec{})
 	if got := v.sh(t, "uns", "id -u; id -g"); got != "0\n0\n" {
 		t.Fatalf("inside, root is %q, want 0 0", got)
@@ -119,8 +124,11 @@ func TestBoundary_CapAddGivesBackMknod(t *testing.T) {
 // TestBoundary_PtraceInitFails: nothing in the sandbox can attach to its
 // PID 1 (the init is undumpable and the sandbox has no CAP_SYS_PTRACE),
 // so it cannot stop the init that serves every exec (finding 5).
-func TestBoundary_PtraceInitFails(t *testing.T) {
-	v := newEnvWith(t, Options{UserNS: testUserNS})
+func TestBoundary_PtraceInitFails(t *testing.T) { coldAndPooled(t, testBoundary_PtraceInitFails) }
+
+func testBoundary_PtraceInitFails(t *testing.T, opts Options) {
+	opts.UserNS = testUserNS
+	v := newEnvWith(t, opts)
 	tracer := filepath.Join(v.rootfs, "ptrace")
 	cmd := exec.Command("go", "build", "-o", tracer, "./testdata/ptrace")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -151,7 +159,11 @@ func TestBoundary_PtraceInitFails(t *testing.T) {
 // context does even if the init that started it is stopped and never
 // reports the exit (finding 5: it used to wait for the lease).
 func TestBoundary_TimeoutWithInitStopped(t *testing.T) {
-	v := newEnv(t)
+	coldAndPooled(t, testBoundary_TimeoutWithInitStopped)
+}
+
+func testBoundary_TimeoutWithInitStopped(t *testing.T, opts Options) {
+	v := newEnvWith(t, opts)
 	v.start("stp", executor.Spec{})
 	info, err := v.e.State(v.ctx, "stp")
 	if err != nil {
@@ -191,7 +203,11 @@ func TestBoundary_TimeoutWithInitStopped(t *testing.T) {
 // the init and through runc exec alike. A daemon of an earlier exec that
 // ended on its own lives on.
 func TestBoundary_TimeoutKillsEscapedChildren(t *testing.T) {
-	v := newEnv(t)
+	coldAndPooled(t, testBoundary_TimeoutKillsEscapedChildren)
+}
+
+func testBoundary_TimeoutKillsEscapedChildren(t *testing.T, opts Options) {
+	v := newEnvWith(t, opts)
 	v.start("esc", executor.Spec{})
 	alive := func(arg string) bool {
 		for _, p := range v.containerPids(t, "esc") {

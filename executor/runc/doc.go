@@ -18,6 +18,7 @@
 //
 //	runc/                 runc's --root (its state of every container)
 //	bundles/<id>/         config.json, footprint.json, runc.log, exec-*/
+//	pool/<runc id>/       the stub root of a pool container (see Pool)
 //
 // Nothing else is kept, in memory or elsewhere: a restarted daemon finds
 // every container again by id (List, then use or Stop), and Stop of an id
@@ -78,6 +79,64 @@
 // bind-mounted where the namespace's root can walk to it (runc mounts the
 // rootfs as that root), and CAP_FSETID, CAP_SETFCAP and CAP_MKNOD are
 // dropped unless Spec.CapAdd gives them back. The init is undumpable.
+//
+// Pool (Options.PoolSize, SetPoolSize; esfd --runc-pool): a runc run
+// costs a container's whole creation (runc's re-exec, namespaces, the
+// rootfs's mounts, seccomp, cgroups), well over a hundred milliseconds.
+// The executor keeps that many idle containers started in the background,
+// each made exactly as Start makes one (the same spec generator: seccomp,
+// capabilities, namespaces, masked paths, user namespace, the init), on a
+// stub root: an empty directory under StateDir/pool/<runc id> holding only
+// the mountpoint /.esf-adopt. A Start whose spec an idle container can
+// serve (the init's user is root and no CapAdd: the init's credentials are
+// fixed at its creation) adopts one instead of running runc:
+//
+//  1. The attempt's footprint is checked and recorded as for a cold
+//     start, the bundle's config.json becomes the attempt's spec (its
+//     rootfs, env, workdir, limits, mounts; the pool container's cgroup
+//     path and runc root), and the mountpoints runc would have made in
+//     the attempt's root are made, never through a symlink.
+//  2. On the host, open_tree(OPEN_TREE_CLONE) takes a detached copy of the
+//     attempt root's mount (not of its submounts) and of each extra
+//     mount's source (recursive, as rbind; made nosuid, nodev and maybe
+//     read-only with mount_setattr).
+//  3. A goroutine locks its OS thread, unshares its fs struct and joins
+//     the container's mount namespace (the pid is the init's, proven by a
+//     pidfd held since the container started). There it attaches the
+//     root's copy at /.esf-adopt, moves every mount that lies right below
+//     the stub's root (proc, dev, sys, run, the init's bind, each with its
+//     own submounts: masked and read-only paths, /dev/pts...) to the same
+//     path under it (the target is opened with RESOLVE_BENEATH and
+//     RESOLVE_NO_SYMLINKS), attaches the extra mounts, and pivot_roots
+//     onto it as runc does (pivot_root(".", "."), the old root made a
+//     slave and detached): the kernel moves the root and working directory
+//     of every process that had the stub's, i.e. of the init, so every
+//     process it forks, and every runc exec (which takes the namespace's
+//     root), lives in the attempt's root. The thread, which left the
+//     daemon's namespace, ends with the goroutine. The hostname is set the
+//     same way in the container's uts namespace.
+//  4. The limits are written into the container's cgroup files (v1 or v2)
+//     as runc writes them at a start; the pool starts without any.
+//  5. The bundle is renamed to the caller's id (renameat2 NOREPLACE) and
+//     holds a symlink runc-id naming the id runc knows it by: runc cannot
+//     rename a container, so every runc call (delete, pause, ps, exec,
+//     state) and the freezer path go through that name. List shows the
+//     caller's id, never an idle pool container.
+//
+// The container seen from inside is the cold one's: the same mount table
+// (TestPool_AdoptedContainerIsItsSpecs compares them, and the cgroup
+// limits), and the isolation and boundary tests run both ways
+// (coldAndPooled). What an idle container ran before adoption is only its
+// init, which the executor controls; nothing of one attempt can reach the
+// next, since a pool container serves one Start and is deleted with it. A
+// step that fails discards the pool container (Stop removes the footprint
+// the rewritten config names) and the Start proceeds cold; a crash in
+// between leaves a pool container that the next pool (or esfd stop-all,
+// through ClosePool) stops. The pool is capped by SetPoolLimit
+// (executor.PoolLimiter): esfd's live-attempt quota gives it only the room
+// live attempts leave, so idle and live containers together stay within
+// --max-attempts. Taking a container asks for a replacement at once;
+// shrinking stops the surplus; ClosePool stops every idle one.
 //
 // runc itself is always called with a context that a caller's cancellation
 // does not reach (go-runc would SIGKILL runc, which leaves half-made

@@ -131,7 +131,7 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 	rctx := context.WithoutCancel(ctx)
 	go func() {
 		defer close(p.runcDone)
-		p.runcErr = rc.Exec(rctx, id, proc, opts)
+		p.runcErr = rc.Exec(rctx, e.runcID(id), proc, opts)
 	}()
 	if runcPid, ok := <-started; ok {
 		p.openRuncPidfd(runcPid)

@@ -148,7 +148,7 @@ func (e *Executor) freezeCgroup(ctx context.Context, id string, frozen bool) (ha
 		return true, fmt.Errorf("container %s: %w", id, executor.ErrNotFound)
 	}
 	// The spec puts every container at /<Namespace>/<id> (containerSpec).
-	f, ok := freezerOf("/" + e.opts.Namespace + "/" + id)
+	f, ok := freezerOf("/" + e.opts.Namespace + "/" + e.runcID(id))
 	if !ok {
 		return false, nil
 	}

@@ -23,8 +23,10 @@ import (
 // with no-new-privileges, seccomp and without CAP_SYS_ADMIN, under masked
 // and read-only kernel paths, on exactly the given rootfs, and an extra
 // read-only mount cannot be written.
-func TestIsolation(t *testing.T) {
-	v := newEnv(t)
+func TestIsolation(t *testing.T) { coldAndPooled(t, testIsolation) }
+
+func testIsolation(t *testing.T, opts Options) {
+	v := newEnvWith(t, opts)
 	// The daemon's socket, on the host, listening.
 	sockDir := t.TempDir()
 	sock := filepath.Join(sockDir, "esfd.sock")
@@ -180,8 +182,10 @@ func TestIsolation(t *testing.T) {
 }
 
 // TestLimits: memory, pids and CPU limits are enforced by the kernel.
-func TestLimits(t *testing.T) {
-	v := newEnv(t)
+func TestLimits(t *testing.T) { coldAndPooled(t, testLimits) }
+
+func testLimits(t *testing.T, opts Options) {
+	v := newEnvWith(t, opts)
 	v.start("lim", executor.Spec{Limits: executor.Limits{MemoryBytes: 32 << 20, Pids: 16, CPUs: 0.5}})
 
 	t.Run("memory", func(t *testing.T) {
@@ -273,8 +277,10 @@ func (v *env) killAllBut(t *testing.T, id string) {
 // while it runs, every entry of the upper dir the sandbox did not write
 // lies under Spec.Footprint(); after Stop only the sandbox's writes remain
 // in the upper dir, and the lower is untouched.
-func TestFootprintOverlay(t *testing.T) {
-	v := newEnv(t)
+func TestFootprintOverlay(t *testing.T) { coldAndPooled(t, testFootprintOverlay) }
+
+func testFootprintOverlay(t *testing.T, opts Options) {
+	v := newEnvWith(t, opts)
 	dir := t.TempDir()
 	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
 	for _, d := range []string{upper, work, merged} {
@@ -282,8 +288,8 @@ func TestFootprintOverlay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	opts := "lowerdir=" + v.rootfs + ",upperdir=" + upper + ",workdir=" + work
-	if err := unix.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+	ovl := "lowerdir=" + v.rootfs + ",upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("overlay", merged, "overlay", 0, ovl); err != nil {
 		testenv.Require(t, "overlay") // skips, or fails in CI
 		t.Fatalf("overlay mount: %v", err)
 	}
@@ -300,6 +306,9 @@ func TestFootprintOverlay(t *testing.T) {
 	v.mu.Lock()
 	v.roots = append(v.roots, merged)
 	v.mu.Unlock()
+	if v.pooled {
+		v.waitIdle()
+	}
 	if err := v.e.Start(v.ctx, "fp", spec); err != nil {
 		t.Fatal(err)
 	}

@@ -30,8 +30,9 @@ func (e *Executor) killTree(id string, pid int) {
 	const settle = 5 * time.Second
 	deadline := time.Now().Add(settle)
 	tree := map[int]bool{pid: true}
+	rid := e.runcID(id)
 	for pass := 0; ; pass++ {
-		pids, err := e.rc.Ps(ctx, id)
+		pids, err := e.rc.Ps(ctx, rid)
 		if err != nil {
 			return // the container is gone, and its processes with it
 		}

@@ -97,6 +97,8 @@ type env struct {
 	mu    sync.Mutex
 	ids   []string
 	roots []string
+
+	pooled bool // Options.PoolSize: every poolable start must adopt
 }
 
 func newEnv(t *testing.T) *env {
@@ -131,12 +133,19 @@ func newEnvWith(t *testing.T, opts Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := &env{t: t, e: e, dir: dir, rootfs: rootfs, ctx: context.Background(), roots: []string{rootfs}}
+	v := &env{t: t, e: e, dir: dir, rootfs: rootfs, ctx: context.Background(), roots: []string{rootfs}, pooled: opts.PoolSize > 0}
 	// Registered first, so it runs after the test's own cleanups.
 	t.Cleanup(func() {
 		v.checkClean()
 		runctest.RemoveCgroupParents(ns)
 	})
+	if v.pooled {
+		t.Cleanup(func() {
+			if err := e.ClosePool(context.Background()); err != nil {
+				t.Errorf("close pool: %v", err)
+			}
+		})
+	}
 	return v
 }
 
@@ -147,8 +156,24 @@ func (v *env) start(id string, spec executor.Spec) {
 	if spec.Rootfs == "" {
 		spec.Rootfs = v.rootfs
 	}
+	adopt := v.pooled && poolable(spec)
+	var before int
+	if adopt {
+		v.waitIdle()
+		v.e.pool.mu.Lock()
+		before = v.e.pool.adopted
+		v.e.pool.mu.Unlock()
+	}
 	if err := v.e.Start(v.ctx, id, spec); err != nil {
 		v.t.Fatalf("start %s: %v", id, err)
+	}
+	if adopt {
+		v.e.pool.mu.Lock()
+		after := v.e.pool.adopted
+		v.e.pool.mu.Unlock()
+		if after != before+1 {
+			v.t.Fatalf("start %s: not adopted from the pool", id)
+		}
 	}
 	v.mu.Lock()
 	v.ids = append(v.ids, id)
@@ -159,6 +184,25 @@ func (v *env) start(id string, spec executor.Spec) {
 			v.t.Errorf("stop %s: %v", id, err)
 		}
 	})
+}
+
+// waitIdle waits until the pool has an idle container.
+func (v *env) waitIdle() {
+	v.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for v.e.PoolIdle() == 0 {
+		if time.Now().After(deadline) {
+			v.t.Fatal("the pool never had an idle container")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// coldAndPooled runs test with containers started cold, then adopted from
+// a pool: the sandbox's boundary is the same either way.
+func coldAndPooled(t *testing.T, test func(t *testing.T, opts Options)) {
+	t.Run("cold", func(t *testing.T) { test(t, Options{}) })
+	t.Run("pooled", func(t *testing.T) { test(t, Options{PoolSize: 1}) })
 }
 
 // checkClean proves the executor left nothing: no container in runc's
@@ -176,6 +220,9 @@ func (v *env) checkClean() {
 	}
 	if ents, err := os.ReadDir(v.e.bundles); err != nil || len(ents) != 0 {
 		t.Errorf("bundles left: %v %v", ents, err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(v.e.opts.StateDir, stubsDir)); err != nil || len(ents) != 0 {
+		t.Errorf("pool stubs left: %v %v", ents, err)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -310,7 +357,7 @@ func withExpiry(parent context.Context) (ctx context.Context, expire func()) {
 // containerPids lists the container's processes as the cgroup has them.
 func (v *env) containerPids(t *testing.T, id string) []procStat {
 	t.Helper()
-	pids, err := v.e.rc.Ps(v.ctx, id)
+	pids, err := v.e.rc.Ps(v.ctx, v.e.runcID(id))
 	if err != nil {
 		t.Fatalf("runc ps: %v", err)
 	}

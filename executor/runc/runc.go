@@ -60,6 +60,10 @@ type Options struct {
 	// namespace is mode 0710 with the range's first id as its group, so no
 	// other host user can walk into it. "/run/esf-userns" when empty.
 	UserNSDir string
+	// PoolSize is how many idle containers the executor keeps started for
+	// Start to adopt (see the package doc); 0: none. SetPoolSize changes
+	// it, ClosePool ends the pool.
+	PoolSize int
 	// Logger receives what the executor cannot return (a footprint it
 	// could not remove). Discarded when nil.
 	Logger *slog.Logger
@@ -137,6 +141,8 @@ type Executor struct {
 
 	// noAgent makes every exec use runc exec (tests compare the two).
 	noAgent bool
+
+	pool pool
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -146,7 +152,8 @@ type idLock struct {
 	refs int
 }
 
-// New checks opts and prepares the state dir. It runs nothing.
+// New checks opts and prepares the state dir. It runs nothing but the
+// pool's first containers (Options.PoolSize), in the background.
 func New(opts Options) (*Executor, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -154,12 +161,12 @@ func New(opts Options) (*Executor, error) {
 	}
 	root := filepath.Join(o.StateDir, "runc")
 	bundles := filepath.Join(o.StateDir, "bundles")
-	for _, d := range []string{o.StateDir, root, bundles} {
+	for _, d := range []string{o.StateDir, root, bundles, filepath.Join(o.StateDir, stubsDir)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("runc executor: %w", err)
 		}
 	}
-	return &Executor{
+	e := &Executor{
 		opts: o,
 		rc: gorunc.Runc{
 			Command: o.Runtime,
@@ -170,7 +177,12 @@ func New(opts Options) (*Executor, error) {
 		},
 		bundles: bundles,
 		locks:   map[string]*idLock{},
-	}, nil
+		pool:    pool{size: o.PoolSize, limit: -1},
+	}
+	if o.PoolSize > 0 {
+		e.poolAdjust()
+	}
+	return e, nil
 }
 
 // Root is runc's --root, for tools and tests that look at runc directly.
@@ -221,6 +233,9 @@ func (e *Executor) Start(ctx context.Context, id string, spec executor.Spec) (er
 	if err := checkID(id); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
+	if strings.HasPrefix(id, poolPrefix) {
+		return fmt.Errorf("start: container id %q: the prefix %s is the pool's: %w", id, poolPrefix, executor.ErrInvalidArgument)
+	}
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
@@ -237,7 +252,25 @@ func (e *Executor) Start(ctx context.Context, id string, spec executor.Spec) (er
 	}
 	unlock := e.lock(id)
 	defer unlock()
+	if _, err := os.Lstat(e.bundle(id)); err == nil {
+		return fmt.Errorf("start %s: %w", id, executor.ErrExists)
+	}
+	if poolable(spec) {
+		err := e.adopt(ctx, id, spec)
+		if !errors.Is(err, errNoAdoption) {
+			if err != nil {
+				return fmt.Errorf("start %s: %w", id, err)
+			}
+			return nil
+		}
+	}
+	return e.startLocked(ctx, id, spec, false)
+}
 
+// startLocked starts container id on spec (the caller holds id's lock).
+// With stub, it is a pool container: its root is an empty directory in
+// its bundle, with the mountpoint adoption attaches a root at.
+func (e *Executor) startLocked(ctx context.Context, id string, spec executor.Spec, stub bool) (err error) {
 	bundle := e.bundle(id)
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) {
@@ -254,6 +287,11 @@ func (e *Executor) Start(ctx context.Context, id string, spec executor.Spec) (er
 			}
 		}
 	}()
+	if stub {
+		if spec.Rootfs, err = e.makeStub(id); err != nil {
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+	}
 
 	s, err := e.containerSpec(ctx, id, spec)
 	if err != nil {
@@ -321,10 +359,16 @@ func (e *Executor) Stop(ctx context.Context, id string) error {
 func (e *Executor) stopLocked(ctx context.Context, id string) error {
 	cctx, cancel := e.command(ctx)
 	defer cancel()
+	rid := e.runcID(id)
 	// delete --force kills every process (thawing a frozen container
 	// first) and succeeds for an id runc does not know.
-	if err := e.rc.Delete(cctx, id, &gorunc.DeleteOpts{Force: true}); err != nil {
+	if err := e.rc.Delete(cctx, rid, &gorunc.DeleteOpts{Force: true}); err != nil {
 		return fmt.Errorf("stop %s: runc delete: %w", id, err)
+	}
+	if strings.HasPrefix(rid, poolPrefix) {
+		if err := os.RemoveAll(e.stub(rid)); err != nil {
+			return fmt.Errorf("stop %s: %w", id, err)
+		}
 	}
 	if err := e.unbindRootfs(id); err != nil {
 		return fmt.Errorf("stop %s: %w", id, err)
@@ -377,7 +421,7 @@ func (e *Executor) pauseResume(ctx context.Context, op, id string, want executor
 	}
 	cctx, cancel := e.command(ctx)
 	defer cancel()
-	err = do(cctx, id)
+	err = do(cctx, e.runcID(id))
 	if err == nil {
 		return nil
 	}
@@ -415,9 +459,9 @@ func (e *Executor) state(ctx context.Context, id string) (executor.Info, error) 
 	}
 	cctx, cancel := e.command(ctx)
 	defer cancel()
-	c, err := e.rc.State(cctx, id)
+	c, err := e.rc.State(cctx, e.runcID(id))
 	if err == nil {
-		return e.info(c), nil
+		return e.info(c, id), nil
 	}
 	if !strings.Contains(err.Error(), "does not exist") {
 		return executor.Info{}, fmt.Errorf("state %s: runc state: %w", id, err)
@@ -446,17 +490,29 @@ func (e *Executor) List(ctx context.Context, prefix string) ([]executor.Info, er
 	if err != nil {
 		return nil, fmt.Errorf("list: runc list: %w", err)
 	}
+	// Adopted pool containers go by their bundle's name, idle ones are
+	// not listed.
+	byRunc := map[string]string{}
+	for _, d := range ents {
+		if rid := e.runcID(d.Name()); rid != d.Name() {
+			byRunc[rid] = d.Name()
+		}
+	}
 	var out []executor.Info
 	seen := map[string]bool{}
 	for _, c := range cs {
-		if strings.HasPrefix(c.ID, prefix) {
-			out = append(out, e.info(c))
-			seen[c.ID] = true
+		id := c.ID
+		if a, ok := byRunc[id]; ok {
+			id = a
+		}
+		if strings.HasPrefix(id, prefix) && !strings.HasPrefix(id, poolPrefix) {
+			out = append(out, e.info(c, id))
+			seen[id] = true
 		}
 	}
 	for _, d := range ents {
 		id := d.Name()
-		if seen[id] || !strings.HasPrefix(id, prefix) || checkID(id) != nil {
+		if seen[id] || !strings.HasPrefix(id, prefix) || strings.HasPrefix(id, poolPrefix) || checkID(id) != nil {
 			continue
 		}
 		rootfs, _ := bundleRootfs(e.bundle(id))
@@ -466,12 +522,13 @@ func (e *Executor) List(ctx context.Context, prefix string) ([]executor.Info, er
 	return out, nil
 }
 
-// info describes c with the rootfs it was started on, not the path runc
-// was given to it (bindRootfs).
-func (e *Executor) info(c *gorunc.Container) executor.Info {
+// info describes c as container id, with the rootfs it was started on, not
+// the path runc was given to it (bindRootfs, a pool container's stub).
+func (e *Executor) info(c *gorunc.Container, id string) executor.Info {
 	i := info(c)
-	if strings.HasPrefix(i.Rootfs, e.opts.UserNSDir+"/") {
-		if p, err := bundleRootfs(e.bundle(c.ID)); err == nil {
+	i.ID = id // an adopted pool container's runc id is the pool's
+	if strings.HasPrefix(i.Rootfs, e.opts.UserNSDir+"/") || c.ID != id {
+		if p, err := bundleRootfs(e.bundle(id)); err == nil {
 			i.Rootfs = p
 		}
 	}
