@@ -281,6 +281,11 @@ func (e *Executor) takeIdle() (idleContainer, bool) {
 	}
 	c := p.idle[len(p.idle)-1]
 	p.idle = p.idle[:len(p.idle)-1]
+	// The adopted container leaves the room as a live one; the quota's
+	// next word (SetPoolLimit) says the same.
+	if p.limit > 0 {
+		p.limit--
+	}
 	p.mu.Unlock()
 	e.poolAdjust()
 	return c, true
@@ -367,6 +372,7 @@ func (e *Executor) adopt(ctx context.Context, id string, spec executor.Spec) (er
 	if err := writeJSON(filepath.Join(pbundle, footprintFile), created); err != nil {
 		return err
 	}
+	var mk []leaf
 	for _, m := range s.Mounts {
 		if !slices.Contains(leaves, m.Destination) {
 			continue
@@ -377,9 +383,10 @@ func (e *Executor) adopt(ctx context.Context, id string, spec executor.Spec) (er
 				file = true
 			}
 		}
-		if err := makeLeaf(spec.Rootfs, m.Destination, file); err != nil {
-			return fmt.Errorf("mountpoint %s: %w", m.Destination, err)
-		}
+		mk = append(mk, leaf{m.Destination, file})
+	}
+	if err := e.makeLeaves(spec.Rootfs, mk); err != nil {
+		return err
 	}
 	var binds []bindMount
 	for _, m := range spec.Mounts {
@@ -433,11 +440,65 @@ type bindMount struct {
 	ro       bool
 }
 
-// makeLeaf creates the mountpoint leaf in rootfs, with its missing
+type leaf struct {
+	path string
+	file bool
+}
+
+// makeLeaves creates the mountpoints in rootfs that runc would have made
+// there, as runc would: as the container's root, which in a user
+// namespace is a host id of the range (an idmapped root refuses host
+// root's writes, EOVERFLOW). The fs ids are per thread: a locked thread
+// takes them and gives them back before it is unlocked, or dies.
+func (e *Executor) makeLeaves(rootfs string, leaves []leaf) error {
+	if len(leaves) == 0 {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		root, err := unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- err
+			return
+		}
+		defer unix.Close(root)
+		if r := e.opts.UserNS; r.Count > 0 {
+			if err := unix.Setfsgid(int(r.Start)); err != nil {
+				done <- err // the thread dies: its fs ids are unknown
+				return
+			}
+			if err := unix.Setfsuid(int(r.Start)); err != nil {
+				done <- err
+				return
+			}
+		}
+		for _, l := range leaves {
+			if err = makeLeaf(root, l.path, l.file); err != nil {
+				err = fmt.Errorf("mountpoint %s: %w", l.path, err)
+				break
+			}
+		}
+		if r := e.opts.UserNS; r.Count > 0 {
+			// Back to root: the file system capabilities come back with
+			// fsuid 0 (capabilities(7)).
+			if unix.Setfsuid(0) != nil || unix.Setfsgid(0) != nil {
+				done <- err
+				return
+			}
+		}
+		runtime.UnlockOSThread()
+		done <- err
+	}()
+	return <-done
+}
+
+// makeLeaf creates the mountpoint leaf below root, with its missing
 // parents, never following a symlink (checkLeaves refused those; this
 // refuses one made since).
-func makeLeaf(rootfs, leaf string, file bool) error {
-	dir, err := unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+func makeLeaf(root int, leaf string, file bool) error {
+	dir, err := unix.Dup(root)
 	if err != nil {
 		return err
 	}
@@ -701,3 +762,7 @@ func (e *Executor) PoolAdopted() int {
 	defer e.pool.mu.Unlock()
 	return e.pool.adopted
 }
+
+// RuncID is the id runc knows container id by (its cgroup is
+// /<Namespace>/<RuncID>): a pool container's for an adopted one.
+func (e *Executor) RuncID(id string) string { return e.runcID(id) }
