@@ -20,9 +20,13 @@ import (
 // the live root shows the container's files as owned by the range, so a
 // setuid file the sandbox makes is not setuid root there.
 func TestBoundary_SealKeepsSandboxOwnership(t *testing.T) {
-	f, g := openRunc(t)
+	runcColdAndPooled(t, testBoundarySealKeepsSandboxOwnership)
+}
+
+func testBoundarySealKeepsSandboxOwnership(t *testing.T, pool int) {
+	f, g := openRuncWith(t, withRuncPool(t, pool))
 	ctx := context.Background()
-	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc})
+	a, err := activateRunc(t, f, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +67,7 @@ func TestBoundary_SealKeepsSandboxOwnership(t *testing.T) {
 		t.Errorf("sealed rootfile = %q, %v", b, err)
 	}
 	// A new container on the child sees its files as its own again.
-	b, err := f.Activate(ctx, ActivateRequest{NodeID: sealed.Node.NodeID, Executor: ExecutorRunc})
+	b, err := activateRunc(t, f, ActivateRequest{NodeID: sealed.Node.NodeID, Executor: ExecutorRunc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,21 +129,25 @@ func cgroupLimits(t *testing.T, id string) (mem, pids int64, cpus float64) {
 // gets the daemon's defaults in its cgroup; one that names them gets its
 // own, field by field.
 func TestBoundary_DefaultLimitsInCgroup(t *testing.T) {
+	runcColdAndPooled(t, testBoundaryDefaultLimitsInCgroup)
+}
+
+func testBoundaryDefaultLimitsInCgroup(t *testing.T, pool int) {
 	def := executor.Limits{MemoryBytes: 1 << 30, Pids: 1024, CPUs: 1}
-	f, g := openRuncWith(t, func(o *Options) { o.DefaultLimits = def })
+	f, g := openRuncWith(t, func(o *Options) { o.DefaultLimits = def; withRuncPool(t, pool)(o) })
 	ctx := context.Background()
-	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc})
+	a, err := activateRunc(t, f, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mem, pids, cpus := cgroupLimits(t, a.AttemptID); mem != def.MemoryBytes || pids != def.Pids || cpus != def.CPUs {
+	if mem, pids, cpus := cgroupLimits(t, runcID(f, a.AttemptID)); mem != def.MemoryBytes || pids != def.Pids || cpus != def.CPUs {
 		t.Fatalf("a plain activation's cgroup: memory %d, pids %d, cpus %v; want the defaults %+v", mem, pids, cpus, def)
 	}
-	b, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc, MemoryBytes: 300 << 20, CPUs: 0.5})
+	b, err := activateRunc(t, f, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc, MemoryBytes: 300 << 20, CPUs: 0.5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mem, pids, cpus := cgroupLimits(t, b.AttemptID); mem != 300<<20 || pids != def.Pids || cpus != 0.5 {
+	if mem, pids, cpus := cgroupLimits(t, runcID(f, b.AttemptID)); mem != 300<<20 || pids != def.Pids || cpus != 0.5 {
 		t.Fatalf("with --memory 300M --cpus 0.5: memory %d, pids %d, cpus %v", mem, pids, cpus)
 	}
 	// A limit nothing can run under is the caller's mistake.
@@ -174,7 +182,7 @@ func TestBoundary_QuotaMemoryEqualsCgroup(t *testing.T) {
 				t.Fatal(err)
 			}
 			reserved := f.quota.memOf(a.AttemptID)
-			mem, _, _ := cgroupLimits(t, a.AttemptID)
+			mem, _, _ := cgroupLimits(t, runcID(f, a.AttemptID))
 			if reserved != tc.wantMemory || mem != tc.wantMemory {
 				t.Fatalf("reserved %d, cgroup %d; want both %d", reserved, mem, tc.wantMemory)
 			}

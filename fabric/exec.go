@@ -80,6 +80,9 @@ func (c ContainerConfig) spec(rootfs string) (executor.Spec, error) {
 // startContainer starts a runc attempt's container on its mounted root,
 // unless it already runs (a replayed activation, an adopted attempt).
 func (f *Fabric) startContainer(ctx context.Context, a journal.Attempt) error {
+	// The attempt now holds its container (or has none): the pool may
+	// have only the room that is left (quota.changed).
+	defer f.quota.changed()
 	if a.Executor != ExecutorRunc {
 		return nil
 	}

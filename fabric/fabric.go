@@ -336,6 +336,10 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	f.now, f.worker = opts.Now, opts.Worker
 	f.quota = newQuota(opts.MaxLiveAttempts, opts.MaxMemoryBytes)
 	f.exec = opts.Executor
+	if pl, ok := f.exec.(executor.PoolLimiter); ok {
+		f.quota.room = pl.SetPoolLimit
+		f.quota.changed()
+	}
 	f.wasm = opts.WASI
 	f.ids = journal.NewIDGen(opts.Now, nil)
 	if f.journal = opts.JournalStore; f.journal == nil {

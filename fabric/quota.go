@@ -31,6 +31,10 @@ type quota struct {
 	held  int              // reservations not yet bound to an attempt
 	heldM int64
 	queue []queued // FIFO
+
+	// room, when set, hears the live-attempt room left after every
+	// change (executor.PoolLimiter); called without mu held.
+	room func(n int)
 }
 
 type queued struct {
@@ -53,6 +57,10 @@ func (q *quota) fitsLocked(mem int64) bool {
 
 // reserve takes capacity for a new activation if it fits and nobody is
 // queued ahead of it (FIFO).
+//
+// Neither it nor bind tells the pool (room): the activation is about to
+// adopt one of its idle containers, which the executor then counts
+// itself; startContainer (or unreserve) tells it the outcome.
 func (q *quota) reserve(mem int64) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -62,6 +70,24 @@ func (q *quota) reserve(mem int64) bool {
 	q.held++
 	q.heldM += mem
 	return true
+}
+
+// changed tells room how many more attempts could start now: a warm pool
+// of the executor sizes itself to it, so pre-started containers count
+// against MaxLiveAttempts with the attempts (-1: unlimited). Only a cold
+// start (a spec no pool container can serve) runs beside the idle
+// containers for as long as it takes; it shrinks the pool right after.
+func (q *quota) changed() {
+	if q.room == nil {
+		return
+	}
+	q.mu.Lock()
+	n := -1
+	if q.maxLive > 0 {
+		n = max(q.maxLive-len(q.live)-q.held, 0)
+	}
+	q.mu.Unlock()
+	q.room(n)
 }
 
 // bind turns a reservation into the attempt's; a replayed activation
@@ -78,6 +104,7 @@ func (q *quota) bind(id string, mem int64) {
 
 // unreserve gives back a reservation that was never bound.
 func (q *quota) unreserve(mem int64) {
+	defer q.changed()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.held--
@@ -98,6 +125,7 @@ func (q *quota) enqueue(id string, mem int64) {
 // ended frees an attempt's capacity (or its place in the queue) and
 // returns the queued attempts that now fit, in order, already counted live.
 func (q *quota) ended(id string) []string {
+	defer q.changed()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.live, id)
@@ -126,6 +154,7 @@ func (q *quota) memOf(id string) int64 {
 
 // adopt counts an attempt found live at recovery.
 func (q *quota) adopt(id string, mem int64) {
+	defer q.changed()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.live[id] = mem

@@ -229,6 +229,12 @@ func serveFlags() []cli.Flag {
 				"like an /etc/subuid entry; give each daemon on a host its own range; off runs containers as host root",
 			Value: defaultUserNSRange,
 		},
+		&cli.IntFlag{
+			Name: "runc-pool",
+			Usage: "runc containers kept started for activations to adopt (a warm start); " +
+				"they count against --max-attempts with the live attempts (0: none)",
+			Value: 2,
+		},
 		&cli.StringFlag{
 			Name:  "init",
 			Usage: "the static container init (default: esf-init beside esfd); runc attempts are refused without it",
@@ -334,6 +340,15 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 		opts.JournalStore.Close()
 		return err
 	}
+	if ex != nil {
+		// Deferred before f.Close, so it runs after it: the pool's idle
+		// containers go last, once no activation can adopt one.
+		defer func() {
+			if err := ex.ClosePool(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("runc pool", "err", err)
+			}
+		}()
+	}
 	f, err := fabric.Open(ctx, opts)
 	if err != nil {
 		if opts.Cluster != nil {
@@ -345,6 +360,10 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	defer f.Close()
+	if ex != nil {
+		// After Open: the quota has given the pool its room by now.
+		ex.SetPoolSize(int(cmd.Int("runc-pool")))
+	}
 	if opts.Cluster != nil {
 		// Runs before f.Close: leaving revokes the lease, so the other
 		// workers fail this one's live attempts at once (on a shared

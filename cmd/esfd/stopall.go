@@ -52,6 +52,12 @@ func stopAll(ctx context.Context, cmd *cli.Command) error {
 	// Stop needs no id range: it unmounts whatever a container had.
 	if ex, err := runcExecutor(state, "", runc.IDRange{}, log); err == nil {
 		opts.Executor = ex
+		// The idle containers of the warm pool a daemon left.
+		defer func() {
+			if err := ex.ClosePool(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("runc pool", "err", err)
+			}
+		}()
 	}
 	if opts.JournalStore, err = openJournal(ctx, cmd, log); err != nil {
 		return err

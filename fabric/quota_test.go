@@ -1,0 +1,52 @@
+package fabric
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestQuotaGivesThePoolItsRoom: the executor's warm pool hears, after
+// every change of the tally but an activation's (which adopts an idle
+// container; startContainer tells the pool after it), how many more
+// attempts could start, so that idle containers
+// and live attempts together stay within MaxLiveAttempts; without a limit
+// the pool is not capped.
+func TestQuotaGivesThePoolItsRoom(t *testing.T) {
+	q := newQuota(3, 0)
+	var heard []int
+	q.room = func(n int) { heard = append(heard, n) }
+	q.changed()
+	if !q.reserve(0) { // an activation takes a place
+		t.Fatal("reserve")
+	}
+	q.bind("a", 0) // and becomes live
+	if !q.reserve(0) || !q.reserve(0) {
+		t.Fatal("reserve")
+	}
+	q.unreserve(0) // one activation failed before it started
+	q.bind("b", 0)
+	if !q.reserve(0) {
+		t.Fatal("reserve")
+	}
+	q.bind("c", 0)
+	if q.reserve(0) { // full: queued instead
+		t.Fatal("reserve beyond the limit")
+	}
+	q.enqueue("e", 0)
+	q.ended("a") // e starts in a's place
+	q.ended("b")
+	q.adopt("d", 0) // found live at recovery
+	if want := []int{3, 1, 0, 1, 0}; !slices.Equal(heard, want) {
+		t.Fatalf("room heard %v, want %v", heard, want)
+	}
+
+	u := newQuota(0, 0)
+	heard = nil
+	u.room = func(n int) { heard = append(heard, n) }
+	u.reserve(0)
+	u.bind("a", 0)
+	u.changed()
+	if want := []int{-1}; !slices.Equal(heard, want) {
+		t.Fatalf("unlimited: room heard %v, want %v", heard, want)
+	}
+}
