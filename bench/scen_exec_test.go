@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	gorunc "github.com/containerd/go-runc"
 
 	"github.com/esf-dev/esf/bench"
+	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
 	"github.com/esf-dev/esf/fabric"
@@ -219,6 +221,18 @@ func benchRunc(ctx context.Context, e *bench.Env) error {
 	if err != nil {
 		return err
 	}
+	// The same with a warm pool (esfd --runc-pool), in a daemon of its own.
+	pex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc-pool-state"), Init: initPath, Namespace: "esf-bench-pool", PoolSize: 1})
+	if err != nil {
+		return err
+	}
+	e.Cleanup(func() error { runctest.RemoveCgroupParents("esf-bench-pool"); return nil })
+	// Registered before the daemon, so the pool closes after it stopped.
+	e.Cleanup(func() error { return pex.ClosePool(context.Background()) })
+	pd, pnode, err := execDaemon(ctx, e, "runc-pool", rootfs, func(o *fabric.Options) { o.Executor = pex })
+	if err != nil {
+		return err
+	}
 	bundle, err := writeBareBundle(dir, rootfs)
 	if err != nil {
 		return err
@@ -238,17 +252,86 @@ func benchRunc(ctx context.Context, e *bench.Env) error {
 	first := func(ctx context.Context) (bench.Measurement, error) {
 		return activateAndRun(ctx, d, node, fabric.ExecutorRunc, fabric.ExecRequest{Args: []string{"true"}})
 	}
-	if _, err := bench.Interleave(ctx, 1, first, bareRun); err != nil { // warm-up
+	// A warm activation finds the pool refilled: the refill (a runc run
+	// in the background) is waited for, untimed.
+	pooled := func(ctx context.Context) (bench.Measurement, error) {
+		deadline := time.Now().Add(time.Minute)
+		for pex.PoolIdle() == 0 {
+			if time.Now().After(deadline) {
+				return bench.Measurement{}, errors.New("the runc pool never refilled")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		before := pex.PoolAdopted()
+		m, err := activateAndRun(ctx, pd, pnode, fabric.ExecutorRunc, fabric.ExecRequest{Args: []string{"true"}})
+		if err == nil && pex.PoolAdopted() != before+1 {
+			err = errors.New("the activation did not adopt a pool container")
+		}
+		return m, err
+	}
+	waitIdle := func() error {
+		deadline := time.Now().Add(time.Minute)
+		for pex.PoolIdle() == 0 {
+			if time.Now().After(deadline) {
+				return errors.New("the runc pool never refilled")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	}
+	// Parts of the pooled row: the activation alone (journal, overlay
+	// mount, adoption), and the executor alone (adoption + first exec on
+	// a plain directory, no esf around it).
+	activateOnly := func(ctx context.Context) (bench.Measurement, error) {
+		if err := waitIdle(); err != nil {
+			return bench.Measurement{}, err
+		}
+		var aid string
+		m, err := bench.Timed(1, func() error {
+			a, err := pd.Ops.ActivateAttempt(ctx, fabric.ActivateRequest{NodeID: pnode, Executor: fabric.ExecutorRunc})
+			aid = a.AttemptID
+			return err
+		})
+		if aid != "" {
+			err = errors.Join(err, pd.Ops.Release(ctx, aid))
+		}
+		return m, err
+	}
+	adoptSeq := 0
+	executorOnly := func(ctx context.Context) (bench.Measurement, error) {
+		if err := waitIdle(); err != nil {
+			return bench.Measurement{}, err
+		}
+		adoptSeq++
+		id := fmt.Sprintf("adopt-%d", adoptSeq)
+		m, err := bench.Timed(1, func() error {
+			if err := pex.Start(ctx, id, executor.Spec{Rootfs: rootfs}); err != nil {
+				return err
+			}
+			return execTrue(ctx, pex, id)
+		})
+		return m, errors.Join(err, pex.Stop(ctx, id))
+	}
+	if _, err := bench.Interleave(ctx, 1, pooled, first, bareRun, activateOnly, executorOnly); err != nil { // warm-up
 		return err
 	}
-	ms, err := bench.Interleave(ctx, e.Size(5, 10), first, bareRun)
+	ms, err := bench.Interleave(ctx, e.Size(5, 10), pooled, first, bareRun, activateOnly, executorOnly)
 	if err != nil {
 		return err
 	}
-	act, run := bench.Latencies(ms[0]), bench.Latencies(ms[1])
-	path := d.Ops.Path("activate")
-	e.Add(bench.Row{Name: rowName, Value: act.P50, Unit: "ms", P90: act.P90, N: act.N, Samples: act.Values,
-		Baseline: "bare runc run", BaselineValue: run.P50, Targets: []bench.Target{bench.RatioAtMost(1.3)}, Path: path,
+	warm, act, run := bench.Latencies(ms[0]), bench.Latencies(ms[1]), bench.Latencies(ms[2])
+	actOnly, exOnly := bench.Latencies(ms[3]), bench.Latencies(ms[4])
+	e.Add(bench.Row{Name: "part: runc activate alone, pooled", Value: actOnly.P50, Unit: "ms", P90: actOnly.P90, N: actOnly.N, Samples: actOnly.Values,
+		Baseline: "bare runc run", BaselineValue: run.P50, Path: pd.Ops.Path("activate"),
+		Note: "the pooled row without its exec: activation record, overlay mount, adoption"})
+	e.Add(bench.Row{Name: "part: runc adopt + first exec, executor alone", Value: exOnly.P50, Unit: "ms", P90: exOnly.P90, N: exOnly.N, Samples: exOnly.Values,
+		Baseline: "bare runc run", BaselineValue: run.P50, Path: "direct",
+		Note: "runc.Executor Start adopting a pool container on a plain directory + exec true, no esf around it"})
+	e.Add(bench.Row{Name: rowName, Value: warm.P50, Unit: "ms", P90: warm.P90, N: warm.N, Samples: warm.Values,
+		Baseline: "bare runc run", BaselineValue: run.P50, Targets: []bench.Target{bench.RatioAtMost(0.3)}, Path: pd.Ops.Path("activate"),
+		Note: "activate --executor runc adopting a pre-started container of the pool (esfd --runc-pool 1; its root switched to the attempt's overlay, limits set) + exec true through the API, busybox rootfs; the pool's refill is waited for, untimed; baseline: runc run of true in the same rootfs and default spec"})
+	e.Add(bench.Row{Name: rowName + ", no pool", Value: act.P50, Unit: "ms", P90: act.P90, N: act.N, Samples: act.Values,
+		Baseline: "bare runc run", BaselineValue: run.P50, Targets: []bench.Target{bench.RatioAtMost(1.3)}, Path: d.Ops.Path("activate"),
 		Note: "activate --executor runc (overlay + runc run of the init, detached) + exec true through the API, busybox rootfs; baseline: runc run of true in the same rootfs and default spec"})
 
 	// Exec round trip in one running container.
