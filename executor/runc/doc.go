@@ -135,8 +135,11 @@
 // through ClosePool) stops. The pool is capped by SetPoolLimit
 // (executor.PoolLimiter): esfd's live-attempt quota gives it only the room
 // live attempts leave, so idle and live containers together stay within
-// --max-attempts. Taking a container asks for a replacement at once;
-// shrinking stops the surplus; ClosePool stops every idle one.
+// --max-attempts. Taking a container asks for a replacement, which waits
+// for the adopted container's first exec to end (or its Stop) while
+// another idle container remains: a runc run is CPU-heavy, and the first
+// command is what an activation waits for. Shrinking stops the surplus;
+// ClosePool stops every idle one.
 //
 // runc itself is always called with a context that a caller's cancellation
 // does not reach (go-runc would SIGKILL runc, which leaves half-made

@@ -514,6 +514,7 @@ func (p *process) result() (int, error) {
 
 // release closes everything Exec opened; runc and the pumps are done.
 func (p *process) release() {
+	p.e.poolWarmed(p.id)
 	if p.io != nil {
 		p.io.Close()
 	}

@@ -56,6 +56,11 @@ type pool struct {
 	swept    bool // leftovers of an earlier daemon removed
 	wg       sync.WaitGroup
 	adopted  int // Starts served from the pool (tests, metrics)
+	// warming holds the adopted containers whose first exec has not
+	// ended: a refill (a runc run, CPU-heavy) waits for them while the
+	// pool still has an idle container, so that it does not slow down
+	// the first command an activation is waiting for.
+	warming map[string]bool
 }
 
 // target is how many idle containers the pool keeps now.
@@ -156,7 +161,7 @@ func (e *Executor) poolAdjust() {
 		return
 	}
 	t := p.targetLocked()
-	for len(p.idle)+p.starting < t {
+	for len(p.idle)+p.starting < t && (len(p.warming) == 0 || len(p.idle) == 0) {
 		p.starting++
 		p.wg.Add(1)
 		go func() {
@@ -414,8 +419,25 @@ func (e *Executor) adopt(ctx context.Context, id string, spec executor.Spec) (er
 	discard = false
 	e.pool.mu.Lock()
 	e.pool.adopted++
+	if e.pool.warming == nil {
+		e.pool.warming = map[string]bool{}
+	}
+	e.pool.warming[id] = true
 	e.pool.mu.Unlock()
 	return nil
+}
+
+// poolWarmed notes that an adopted container ran its first exec (or
+// stopped): the refill it held back may start.
+func (e *Executor) poolWarmed(id string) {
+	p := &e.pool
+	p.mu.Lock()
+	held := p.warming[id]
+	delete(p.warming, id)
+	p.mu.Unlock()
+	if held {
+		e.poolAdjust()
+	}
 }
 
 // poolReturn gives back an idle container that adoption did not touch.

@@ -353,6 +353,7 @@ func (e *Executor) Stop(ctx context.Context, id string) error {
 	}
 	unlock := e.lock(id)
 	defer unlock()
+	e.poolWarmed(id)
 	return e.stopLocked(ctx, id)
 }
 
