@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -54,6 +53,7 @@ type pool struct {
 	starting int
 	closed   bool
 	swept    bool // leftovers of an earlier daemon removed
+	sweeping bool // no container starts while they are
 	wg       sync.WaitGroup
 	adopted  int // Starts served from the pool (tests, metrics)
 	// warming holds the adopted containers whose first exec has not
@@ -146,15 +146,17 @@ func (e *Executor) poolAdjust() {
 	if p.closed {
 		return
 	}
+	if p.sweeping {
+		return // the sweep adjusts when it is done
+	}
 	if !p.swept && p.size > 0 {
-		p.swept = true
+		p.swept, p.sweeping = true, true
 		p.wg.Add(1)
-		p.starting++ // holds refills back until the sweep is done
 		go func() {
 			defer p.wg.Done()
 			e.sweepPool()
 			p.mu.Lock()
-			p.starting--
+			p.sweeping = false
 			p.mu.Unlock()
 			e.poolAdjust()
 		}()
@@ -366,6 +368,43 @@ func (e *Executor) adopt(ctx context.Context, id string, spec executor.Spec) (er
 		e.poolReturn(c)
 		return err
 	}
+	if err := e.switchTo(pbundle, pid, c, &ps, s, spec, leaves, created); err != nil {
+		// The pool container is discarded (and with it the footprint
+		// made in spec.Rootfs); the Start goes on cold.
+		e.opts.Logger.Warn("runc executor: adoption failed, starting cold", "id", id, "pool", pid, "err", err)
+		return errNoAdoption
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, pbundle, unix.AT_FDCWD, e.bundle(id), unix.RENAME_NOREPLACE); err != nil {
+		e.opts.Logger.Warn("runc executor: adoption failed, starting cold", "id", id, "pool", pid, "err", err)
+		return errNoAdoption
+	}
+	discard = false
+	e.pool.mu.Lock()
+	e.pool.adopted++
+	if e.pool.warming == nil {
+		e.pool.warming = map[string]bool{}
+	}
+	e.pool.warming[id] = true
+	e.pool.mu.Unlock()
+	return nil
+}
+
+// poolWarmed notes that an adopted container ran its first exec (or
+// stopped): the refill it held back may start.
+func (e *Executor) poolWarmed(id string) {
+	p := &e.pool
+	p.mu.Lock()
+	held := p.warming[id]
+	delete(p.warming, id)
+	p.mu.Unlock()
+	if held {
+		e.poolAdjust()
+	}
+}
+
+// switchTo does the work of adopt once the caller's spec s passed its
+// checks: pool container pid (in pbundle, on config ps) becomes s.
+func (e *Executor) switchTo(pbundle, pid string, c idleContainer, ps *specs.Spec, s *specs.Spec, spec executor.Spec, leaves []string, created []footprintEntry) error {
 	// The bundle says from here on that it serves spec.Rootfs, with the
 	// footprint made there: a failure (or a crash) below removes it.
 	s.Root.Path = ps.Root.Path
@@ -402,42 +441,15 @@ func (e *Executor) adopt(ctx context.Context, id string, spec executor.Spec) (er
 		hostname = defaultHostname
 	}
 	if err := switchRoot(c.pid, c.pidfd, spec.Rootfs, binds, hostname); err != nil {
-		return fmt.Errorf("adopt %s: %w", pid, err)
+		return err
 	}
 	if err := setLimits(ps.Linux.CgroupsPath, spec.Limits); err != nil {
-		return fmt.Errorf("adopt %s: %w", pid, err)
+		return err
 	}
 	if err := os.Symlink(pid, filepath.Join(pbundle, runcIDLink)); err != nil {
 		return err
 	}
-	if err := unix.Renameat2(unix.AT_FDCWD, pbundle, unix.AT_FDCWD, e.bundle(id), unix.RENAME_NOREPLACE); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("start %s: %w", id, executor.ErrExists)
-		}
-		return err
-	}
-	discard = false
-	e.pool.mu.Lock()
-	e.pool.adopted++
-	if e.pool.warming == nil {
-		e.pool.warming = map[string]bool{}
-	}
-	e.pool.warming[id] = true
-	e.pool.mu.Unlock()
 	return nil
-}
-
-// poolWarmed notes that an adopted container ran its first exec (or
-// stopped): the refill it held back may start.
-func (e *Executor) poolWarmed(id string) {
-	p := &e.pool
-	p.mu.Lock()
-	held := p.warming[id]
-	delete(p.warming, id)
-	p.mu.Unlock()
-	if held {
-		e.poolAdjust()
-	}
 }
 
 // poolReturn gives back an idle container that adoption did not touch.
