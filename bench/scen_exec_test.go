@@ -229,12 +229,13 @@ func benchRunc(ctx context.Context, e *bench.Env) error {
 		return err
 	}
 	e.Cleanup(func() error { runctest.RemoveCgroupParents("esf-bench-pool"); return nil })
-	// Registered before the daemon, so the pool closes after it stopped.
-	e.Cleanup(func() error { return pex.ClosePool(context.Background()) })
 	pd, pnode, err := execDaemon(ctx, e, "runc-pool", rootfs, func(o *fabric.Options) { o.Executor = pex })
 	if err != nil {
 		return err
 	}
+	// Registered after the daemon, so the pool closes before the daemon
+	// unmounts its projection (as in esfd).
+	e.Cleanup(func() error { return pex.ClosePool(context.Background()) })
 	bundle, err := writeBareBundle(dir, rootfs)
 	if err != nil {
 		return err

@@ -54,6 +54,11 @@ func openRuncWith(t *testing.T, mod func(*Options)) (*Fabric, CreateGroupResult)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// A pool's idle containers go before the fabric's mounts, as in
+		// esfd.
+		if err := ex.ClosePool(context.Background()); err != nil {
+			t.Errorf("close pool: %v", err)
+		}
 		if err := f.StopAll(context.Background()); err != nil {
 			t.Errorf("StopAll: %v", err)
 		}

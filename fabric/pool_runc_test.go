@@ -16,19 +16,14 @@ func runcColdAndPooled(t *testing.T, test func(t *testing.T, pool int)) {
 }
 
 // withRuncPool gives the fabric's runc executor a pool of size n (none
-// for 0), closed after the fabric's own cleanup.
+// for 0).
 func withRuncPool(t *testing.T, n int) func(*Options) {
 	return func(o *Options) {
 		if n == 0 {
 			return
 		}
-		ex := o.Executor.(*runc.Executor)
-		ex.SetPoolSize(n)
-		t.Cleanup(func() {
-			if err := ex.ClosePool(context.Background()); err != nil {
-				t.Errorf("close pool: %v", err)
-			}
-		})
+		// openRuncWith's cleanup closes it.
+		o.Executor.(*runc.Executor).SetPoolSize(n)
 	}
 }
 

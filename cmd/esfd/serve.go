@@ -340,15 +340,6 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 		opts.JournalStore.Close()
 		return err
 	}
-	if ex != nil {
-		// Deferred before f.Close, so it runs after it: the pool's idle
-		// containers go last, once no activation can adopt one.
-		defer func() {
-			if err := ex.ClosePool(context.WithoutCancel(ctx)); err != nil {
-				log.Warn("runc pool", "err", err)
-			}
-		}()
-	}
 	f, err := fabric.Open(ctx, opts)
 	if err != nil {
 		if opts.Cluster != nil {
@@ -363,6 +354,15 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	if ex != nil {
 		// After Open: the quota has given the pool its room by now.
 		ex.SetPoolSize(int(cmd.Int("runc-pool")))
+		// Deferred after f.Close, so it runs before it: the idle
+		// containers go before the fabric unmounts its projection, which
+		// a container's mount namespace could otherwise hold on to (an
+		// activation meanwhile starts cold).
+		defer func() {
+			if err := ex.ClosePool(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("runc pool", "err", err)
+			}
+		}()
 	}
 	if opts.Cluster != nil {
 		// Runs before f.Close: leaving revokes the lease, so the other
