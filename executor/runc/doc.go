@@ -112,9 +112,12 @@
 //     slave and detached): the kernel moves the root and working directory
 //     of every process that had the stub's, i.e. of the init, so every
 //     process it forks, and every runc exec (which takes the namespace's
-//     root), lives in the attempt's root. The thread, which left the
-//     daemon's namespace, ends with the goroutine. The hostname is set the
-//     same way in the container's uts namespace.
+//     root), lives in the attempt's root. The hostname is set the same
+//     way in the container's uts namespace. The thread then joins the
+//     daemon's namespaces again and ends with its goroutine: Go parks a
+//     locked main thread forever instead of ending it, and one parked in
+//     the container's namespace would pin the attempt's overlay, and the
+//     FUSE projection below it, for the daemon's life.
 //  4. The limits are written into the container's cgroup files (v1 or v2)
 //     as runc writes them at a start; the pool starts without any.
 //  5. The bundle is renamed to the caller's id (renameat2 NOREPLACE) and

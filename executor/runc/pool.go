@@ -670,12 +670,29 @@ func switchRoot(pid, pidfd int, rootfs string, binds []bindMount, hostname strin
 		return fmt.Errorf("pool container's init: %w", err)
 	}
 
+	// The thread's own namespaces, to go back to: a locked thread that
+	// ends with its goroutine is terminated, but the main thread is only
+	// parked forever, and one parked in the container's namespace would
+	// pin it (its root: the attempt's overlay, and the projection below
+	// it) for the daemon's life.
+	ownMnt, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	fds = append(fds, ownMnt)
+	ownUTS, err := unix.Open("/proc/thread-self/ns/uts", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	fds = append(fds, ownUTS)
+
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		// No UnlockOSThread: the thread has left the daemon's mount
-		// namespace and root, so it must end with this goroutine.
-		done <- func() error {
+		// No UnlockOSThread: the thread has left the daemon's fs
+		// struct, so it must end with this goroutine; before that it
+		// goes back to the daemon's namespaces (see ownMnt).
+		err := func() error {
 			// setns into a mount namespace wants a thread that shares
 			// its fs (root, cwd) with no other.
 			if err := unix.Unshare(unix.CLONE_FS); err != nil {
@@ -748,8 +765,16 @@ func switchRoot(pid, pidfd int, rootfs string, binds []bindMount, hostname strin
 			}
 			return nil
 		}()
+		if berr := unix.Setns(ownUTS, unix.CLONE_NEWUTS); berr != nil {
+			err = errors.Join(err, fmt.Errorf("back to the daemon's uts namespace: %w", berr))
+		}
+		if berr := unix.Setns(ownMnt, unix.CLONE_NEWNS); berr != nil {
+			err = errors.Join(err, fmt.Errorf("back to the daemon's mount namespace: %w", berr))
+		}
+		done <- err
 	}()
-	return <-done
+	err = <-done
+	return err
 }
 
 // setLimits writes limits into the cgroup at cgroupsPath (v1 or v2), as
