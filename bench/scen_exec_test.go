@@ -221,7 +221,7 @@ func benchRunc(ctx context.Context, e *bench.Env) error {
 	if err != nil {
 		return err
 	}
-	// The same with a warm pool (esfd --runc-pool, its default), in a
+	// The same with a warm pool (esfd --runc-pool 2), in a
 	// daemon of its own.
 	const runcPool = 2
 	pex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc-pool-state"), Init: initPath, Namespace: "esf-bench-pool", PoolSize: runcPool})
@@ -328,7 +328,7 @@ func benchRunc(ctx context.Context, e *bench.Env) error {
 		Note: "runc.Executor Start adopting a pool container on a plain directory + exec true, no esf around it"})
 	e.Add(bench.Row{Name: rowName, Value: warm.P50, Unit: "ms", P90: warm.P90, N: warm.N, Samples: warm.Values,
 		Baseline: "bare runc run", BaselineValue: run.P50, Targets: []bench.Target{bench.RatioAtMost(0.3)}, Path: pd.Ops.Path("activate"),
-		Note: "activate --executor runc adopting a pre-started container of the pool (esfd --runc-pool 2, its default; its root switched to the attempt's overlay, limits set) + exec true through the API, busybox rootfs; the pool's refill (started once the first exec ended) is waited for, untimed; baseline: runc run of true in the same rootfs and default spec"})
+		Note: "activate --executor runc adopting a pre-started container of the pool (esfd --runc-pool 2; its root switched to the attempt's overlay, limits set) + exec true through the API, busybox rootfs; the pool's refill (started once the first exec ended) is waited for, untimed; baseline: runc run of true in the same rootfs and default spec"})
 	e.Add(bench.Row{Name: rowName + ", no pool", Value: act.P50, Unit: "ms", P90: act.P90, N: act.N, Samples: act.Values,
 		Baseline: "bare runc run", BaselineValue: run.P50, Targets: []bench.Target{bench.RatioAtMost(1.3)}, Path: d.Ops.Path("activate"),
 		Note: "activate --executor runc (overlay + runc run of the init, detached) + exec true through the API, busybox rootfs; baseline: runc run of true in the same rootfs and default spec"})

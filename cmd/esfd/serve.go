@@ -232,8 +232,8 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{
 			Name: "runc-pool",
 			Usage: "runc containers kept started for activations to adopt (a warm start); " +
-				"they count against --max-attempts with the live attempts (0: none)",
-			Value: 2,
+				"they count against --max-attempts with the live attempts (0: none, the default while the pool is new)",
+			Value: 0,
 		},
 		&cli.StringFlag{
 			Name:  "init",
