@@ -42,8 +42,12 @@ func (m *journalMode) args(prefix string) []string {
 		return nil
 	}
 	// A short worker lease: an esfd restarted after a SIGKILL waits for
-	// the lease of the one killed to end before it registers again.
-	return []string{"--journal", m.cluster.URL(prefix), "--worker-ttl", "1s"}
+	// the lease of the one killed to end before it registers again. Not
+	// shorter than 3 s: a daemon starved of CPU for a whole TTL on a
+	// loaded machine loses its lease, is fenced and stops its sandboxes,
+	// as it must, and the case then fails for a reason of the machine
+	// (seen with 1 s at load 15-20).
+	return []string{"--journal", m.cluster.URL(prefix), "--worker-ttl", "3s"}
 }
 
 // open opens the journal of state (pebble, in dir) or prefix (etcd).
