@@ -110,6 +110,12 @@ func (s *Server) walkTar(ctx context.Context, id string, fn func(h *tar.Header, 
 			break
 		}
 	}
+	if werr == nil {
+		// The archive ended; the export's answer (its root, or an error
+		// found after the last member) may still be on its way: read it
+		// rather than cancel the export that is about to succeed.
+		_, _ = io.Copy(io.Discard, pr)
+	}
 	cancel()
 	pr.CloseWithError(errStop)
 	res := <-done
