@@ -120,7 +120,9 @@ func (b *putBatch) Abort() {
 // Adopt reads r, which must yield exactly f's content (the caller may wrap
 // f's reads to count or check them), to its end and hashes it. If the
 // object is new, the store may make f's inode the object: f's file then
-// becomes read-only (mode 0444) and shares its inode with the object, so
+// becomes the store's (its owner and group change, which clears set-id
+// bits and file capabilities) and read-only (mode 0444) and shares its
+// inode with the object, so
 // the caller must never write it again, nor let anyone (a caller that
 // goes on using the file must first replace it with a copy). A store that
 // cannot (another file system) stores a copy instead, as Put does. The

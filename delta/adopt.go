@@ -31,13 +31,17 @@ func (l Layout) adoptLog() string { return filepath.Join(l.Dir, "adopted") }
 type adoptRecord struct {
 	Path string `json:"path"`
 	Mode uint32 `json:"mode"`
+	// UID and GID are the file's owner before the store made it its own;
+	// absent in a record of an older esf, which left the owner.
+	UID *uint32 `json:"uid,omitempty"`
+	GID *uint32 `json:"gid,omitempty"`
 }
 
-// NoteAdopted appends the upper file rel, whose permission bits are mode,
-// to the delta's adoption log. It is safe for concurrent use: each record
-// is one append.
-func (l Layout) NoteAdopted(rel string, mode uint32) error {
-	b, err := json.Marshal(adoptRecord{Path: rel, Mode: mode})
+// NoteAdopted appends the upper file rel, whose permission bits are mode
+// and whose owner is uid:gid, to the delta's adoption log. It is safe for
+// concurrent use: each record is one append.
+func (l Layout) NoteAdopted(rel string, mode, uid, gid uint32) error {
+	b, err := json.Marshal(adoptRecord{Path: rel, Mode: mode, UID: &uid, GID: &gid})
 	if err != nil {
 		return err
 	}
@@ -50,8 +54,9 @@ func (l Layout) NoteAdopted(rel string, mode uint32) error {
 }
 
 // Unshare gives every upper file the adoption log names its own inode
-// and mode again, as they were before a seal handed it to the store, then
-// removes the log. A file with one name only gets its mode back; one that
+// owner and mode again, as they were before a seal handed it to the store,
+// then removes the log. A file with one name only gets its owner and mode
+// back; one that
 // shares its inode is replaced by a copy with the same content, owner,
 // mode, extended attributes and times. Call it before mounting the delta.
 func (l Layout) Unshare() error {
@@ -73,7 +78,7 @@ func (l Layout) Unshare() error {
 		if !filepath.IsLocal(r.Path) {
 			return fmt.Errorf("delta %s: adoption log names %q", l.Dir, r.Path)
 		}
-		if err := unshare(filepath.Join(l.Upper(), r.Path), r.Mode); err != nil {
+		if err := unshare(filepath.Join(l.Upper(), r.Path), r); err != nil {
 			return fmt.Errorf("delta %s: give %s its own inode back: %w", l.Dir, r.Path, err)
 		}
 	}
@@ -83,7 +88,8 @@ func (l Layout) Unshare() error {
 	return os.Remove(l.adoptLog())
 }
 
-func unshare(path string, mode uint32) error {
+func unshare(path string, r adoptRecord) error {
+	mode := r.Mode
 	src, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ELOOP) {
 		return nil // gone, or not a file: nothing of the store's
@@ -99,8 +105,22 @@ func unshare(path string, mode uint32) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil
 	}
+	// The store made the file its own (owner, group): the log has the
+	// file's.
+	if r.UID != nil && r.GID != nil {
+		st.Uid, st.Gid = *r.UID, *r.GID
+	}
 	if st.Nlink == 1 {
-		if st.Mode&0o7777 == mode {
+		var cur unix.Stat_t
+		if err := unix.Fstat(int(src.Fd()), &cur); err != nil {
+			return err
+		}
+		if cur.Uid != st.Uid || cur.Gid != st.Gid {
+			// Owner first: chown clears set-id bits.
+			if err := unix.Fchown(int(src.Fd()), int(st.Uid), int(st.Gid)); err != nil {
+				return err
+			}
+		} else if st.Mode&0o7777 == mode {
 			return nil
 		}
 		return unix.Fchmod(int(src.Fd()), mode)

@@ -9,7 +9,7 @@ import (
 )
 
 // TestUnshare: a file the adoption log names gets its own inode (if it
-// shares one) and its mode back; a torn last record is ignored; the log
+// shares one), its owner and its mode back; a torn last record is ignored; the log
 // goes.
 func TestUnshare(t *testing.T) {
 	dir := t.TempDir()
@@ -23,18 +23,25 @@ func TestUnshare(t *testing.T) {
 		if err := os.WriteFile(p, []byte("content of "+p), 0o640); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.Chown(p, 1234, 5678); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := unix.Setxattr(shared, "user.t", []byte("v"), 0); err != nil {
 		t.Fatal(err)
 	}
 	for _, rel := range []string{"d/shared", "alone"} {
-		if err := l.NoteAdopted(rel, 0o640); err != nil {
+		if err := l.NoteAdopted(rel, 0o640, 1234, 5678); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// What a seal did: both read-only, one linked into "the store".
+	// What a seal did: both the store's and read-only, one linked into
+	// "the store".
 	store := filepath.Join(dir, "object")
 	for _, p := range []string{shared, alone} {
+		if err := os.Chown(p, os.Geteuid(), os.Getegid()); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.Chmod(p, 0o444); err != nil {
 			t.Fatal(err)
 		}
@@ -65,6 +72,14 @@ func TestUnshare(t *testing.T) {
 	if st.Ino == obj.Ino || st.Nlink != 1 || st.Mode&0o7777 != 0o640 || obj.Mode&0o7777 != 0o444 {
 		t.Errorf("shared file: inode %d (object %d), %d links, mode %o (object %o); want its own, 640, object 444",
 			st.Ino, obj.Ino, st.Nlink, st.Mode&0o7777, obj.Mode&0o7777)
+	}
+	for p, s := range map[string]*unix.Stat_t{shared: &st, alone: &al} {
+		if s.Uid != 1234 || s.Gid != 5678 {
+			t.Errorf("%s owned by %d:%d after Unshare, want 1234:5678 (the log's)", p, s.Uid, s.Gid)
+		}
+	}
+	if int(obj.Uid) != os.Geteuid() {
+		t.Errorf("the object's owner changed to %d", obj.Uid)
 	}
 	if b, err := os.ReadFile(shared); err != nil || string(b) != "content of "+shared {
 		t.Errorf("shared file content %q, %v", b, err)

@@ -703,7 +703,7 @@ func (d *dirImport) streamFile(ctx context.Context, p string, st *unix.Stat_t, f
 // caller (Options.Adopt) is told first, so it can give the upper directory
 // its own copy back should the seal not commit.
 func (d *dirImport) adopt(ctx context.Context, f *os.File, rel, p string, st *unix.Stat_t, r io.Reader, head []byte) (cas.ID, int64, error) {
-	if err := d.opts.Adopt(rel, st.Mode&cas.ModeMask); err != nil {
+	if err := d.opts.Adopt(rel, st.Mode&cas.ModeMask, st.Uid, st.Gid); err != nil {
 		return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
 	}
 	r = io.MultiReader(bytes.NewReader(head), &progressReader{r: ctxReader{ctx: ctx, r: r}, prog: d.prog})

@@ -22,13 +22,13 @@ var _ cas.Adopter = (*batch)(nil)
 //
 // It hashes what r reads, checks that f did not change meanwhile (same
 // inode, size, mtime and ctime before and after, and the size hashed),
-// makes f read-only and hard-links it by descriptor as the object's temp
+// makes f the store's (owner and group: the process's) and read-only, and hard-links it by descriptor as the object's temp
 // file, tmp/pub-<id>-...: from there on it is an object of the batch like
 // any other, made durable by Commit's syncfs (which writes back whatever of
 // the file is still dirty) and linked into place with the same redo record.
 // An object already stored or in the batch is left alone and f is not
 // touched. Where f cannot be linked (another file system: EXDEV), its
-// content is copied as Put does, and its mode put back.
+// content is copied as Put does, and its owner and mode put back.
 func (b *batch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, bool, error) {
 	if err := b.start(); err != nil {
 		return cas.Info{}, false, err
@@ -66,11 +66,25 @@ func (b *batch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, b
 
 	seq := b.seq.Add(1)
 	pub := b.pubPath(info.ID, seq)
+	// The store's, like every object, before it has a name there: the
+	// store's directories are searchable by all, so an owner kept from the
+	// file's writer could make the object writable again and change it
+	// under every tree that shares it. The chown also clears set-id bits
+	// and file capabilities.
+	uid, gid := uint32(os.Geteuid()), uint32(os.Getegid())
+	if before.Uid != uid || before.Gid != gid {
+		if err := unix.Fchown(fd, int(uid), int(gid)); err != nil {
+			return cas.Info{}, false, fmt.Errorf("batch adopt %s: %w", f.Name(), err)
+		}
+	}
 	// Read-only before it has a name in the store, like every object.
 	if err := unix.Fchmod(fd, 0o444); err != nil {
+		unix.Fchown(fd, int(before.Uid), int(before.Gid))
+		unix.Fchmod(fd, before.Mode&0o7777)
 		return cas.Info{}, false, fmt.Errorf("batch adopt %s: %w", f.Name(), err)
 	}
 	if err := linkFD(fd, pub); err != nil {
+		unix.Fchown(fd, int(before.Uid), int(before.Gid))
 		unix.Fchmod(fd, before.Mode&0o7777)
 		if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EOPNOTSUPP) {
 			return cas.Info{}, false, fmt.Errorf("batch adopt %s: %w", f.Name(), err)

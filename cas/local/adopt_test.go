@@ -50,14 +50,21 @@ func adopt(t *testing.T, b cas.Batch, p string) (cas.Info, bool, error) {
 }
 
 // TestBatchAdopt: an adopted file becomes its object without a copy (same
-// inode, read-only), visible and durable at Commit like a Put's; content
-// already stored leaves the file alone.
+// inode, read-only, the store's owner and no set-id bit, so its writer
+// cannot make it writable again), visible and durable at Commit like a
+// Put's; content already stored leaves the file alone.
 func TestBatchAdopt(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := open(t, filepath.Join(dir, "store"))
 	p := filepath.Join(dir, "upper", "big")
 	c := writeRandom(t, p, 2<<20+3, 0o640)
+	if err := os.Chown(p, 1234, 5678); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o4750); err != nil {
+		t.Fatal(err)
+	}
 	b := s.NewBatch()
 	defer b.Abort()
 	info, created, err := adopt(t, b, p)
@@ -73,6 +80,9 @@ func TestBatchAdopt(t *testing.T) {
 	up, obj := statOf(t, p), statOf(t, s.Path(info.ID))
 	if up.Ino != obj.Ino || obj.Mode&0o7777 != 0o444 {
 		t.Fatalf("object inode %d mode %o, file inode %d: want the file's inode, read-only", obj.Ino, obj.Mode&0o7777, up.Ino)
+	}
+	if int(obj.Uid) != os.Geteuid() || int(obj.Gid) != os.Getegid() {
+		t.Fatalf("adopted object owned by %d:%d, want the store's %d:%d", obj.Uid, obj.Gid, os.Geteuid(), os.Getegid())
 	}
 	if got, err := cas.ReadAll(ctx, s, info.ID); err != nil || !bytes.Equal(got, c) {
 		t.Fatalf("read adopted object: %v", err)
