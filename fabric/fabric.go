@@ -436,7 +436,11 @@ func (f *Fabric) Close() error {
 			f.tier.Close() // the upload queue stays for the next start
 		}
 		jerr := f.journal.Close()
-		f.closeErr = errors.Join(rerr, jerr, f.lock.Close()) // releases the flock
+		var serr error
+		if f.local != nil {
+			serr = f.local.Close() // its redo log's descriptor
+		}
+		f.closeErr = errors.Join(rerr, jerr, serr, f.lock.Close()) // releases the flock
 		f.log.Info("state closed", "state_dir", f.stateDir)
 	})
 	return f.closeErr

@@ -59,6 +59,9 @@ func (o *Options) staleTempAge() time.Duration {
 
 // Store is a cas.Store on a local directory.
 type Store struct {
+	closeOnce sync.Once
+	closeErr  error
+
 	dir     string
 	objects string
 	tmp     string
@@ -177,6 +180,13 @@ func Open(dir string, o *Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// Close releases the store's open files (the redo log's descriptor). Reads
+// still work afterwards; a batch that needs the log fails.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.log.close() })
+	return s.closeErr
 }
 
 // redoPublications finishes the publication of every object a batch

@@ -6,3 +6,5 @@ package local
 type redoLog struct{}
 
 func openRedoLog(*Store) (*redoLog, error) { return nil, nil }
+
+func (*redoLog) close() error { return nil }
