@@ -92,3 +92,45 @@ func TestSealAdoptMappedWriter(t *testing.T) {
 		t.Fatalf("object %s changed after the seal by a writer's mapping: it holds bytes that do not hash to its id", id)
 	}
 }
+
+// TestSealAdoptBindMountWriter: a descriptor open for writing through
+// another mount of the attempt's overlay (a bind mount; a mount namespace's
+// copy is the same) does not keep the root busy, so the seal's unmount
+// succeeds; the file must then be copied, not adopted, or the writer
+// changes the stored object after it was hashed.
+func TestSealAdoptBindMountWriter(t *testing.T) {
+	f, _ := openCounted(t)
+	ctx := context.Background()
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bigContent(13)
+	if err := os.WriteFile(filepath.Join(a.Root, "big.bin"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bind := t.TempDir()
+	if err := unix.Mount(a.Root, bind, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(filepath.Join(bind, "big.bin"), unix.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd); unix.Unmount(bind, unix.MNT_DETACH) })
+	if _, err := f.Suspend(ctx, SuspendRequest{AttemptID: a.AttemptID}); err != nil {
+		t.Logf("suspend: %v", err)
+	}
+	id := cas.Sum(big)
+	if _, err := unix.Pwrite(fd, []byte("changed after the seal"), 0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(f.local.Path(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, big) {
+		t.Fatalf("object %s changed after the seal through a bind mount's open fd", id)
+	}
+}

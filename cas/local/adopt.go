@@ -27,7 +27,9 @@ var _ cas.Adopter = (*batch)(nil)
 // any other, made durable by Commit's syncfs (which writes back whatever of
 // the file is still dirty) and linked into place with the same redo record.
 // An object already stored or in the batch is left alone and f is not
-// touched. Where f cannot be linked (another file system: EXDEV), its
+// touched. A file another descriptor has open (checked with a write lease
+// before the hash and again after the link) is copied instead. Where f
+// cannot be linked (another file system: EXDEV), its
 // content is copied as Put does, and its owner and mode put back.
 func (b *batch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, bool, error) {
 	if err := b.start(); err != nil {
@@ -40,6 +42,13 @@ func (b *batch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, b
 	}
 	if before.Mode&unix.S_IFMT != unix.S_IFREG {
 		return cas.Info{}, false, fmt.Errorf("batch adopt %s: not a regular file: %w", f.Name(), cas.ErrInvalidArgument)
+	}
+	// No one else may have the file open: a writer that reached it
+	// through another mount of the same overlay (a bind mount, a mount
+	// namespace's copy) survives the attempt's unmount and would change
+	// the object after it was hashed. Such a file is copied as Put does.
+	if !alone(fd) {
+		return b.Put(ctx, r)
 	}
 	bp := bufPool.Get().(*[]byte)
 	h := cas.NewHasher()
@@ -100,6 +109,18 @@ func (b *batch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, b
 		return got, created, err
 	}
 
+	// Opened meanwhile (before the chown and chmod made that the
+	// store's privilege): put the file back and copy it.
+	if !alone(fd) {
+		os.Remove(pub)
+		unix.Fchown(fd, int(before.Uid), int(before.Gid))
+		unix.Fchmod(fd, before.Mode&0o7777)
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return cas.Info{}, false, fmt.Errorf("batch adopt %s: %w", f.Name(), err)
+		}
+		return b.Put(ctx, f)
+	}
+
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ended {
@@ -137,3 +158,13 @@ func linkFD(fd int, path string) error {
 }
 
 func f2s(fd int) string { return fmt.Sprintf("fd %d", fd) }
+
+// alone reports whether fd is the only descriptor open on its file: a
+// write lease is granted only then (it is released at once).
+func alone(fd int) bool {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+		return false
+	}
+	unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+	return true
+}
