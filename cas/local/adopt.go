@@ -110,8 +110,10 @@ func (b *batch) Adopt(ctx context.Context, f *os.File, r io.Reader) (cas.Info, b
 	}
 
 	// Opened meanwhile (before the chown and chmod made that the
-	// store's privilege): put the file back and copy it.
-	if !alone(fd) {
+	// store's privilege), or written by a descriptor closed since: put
+	// the file back and copy it.
+	var linked unix.Stat_t
+	if !alone(fd) || unix.Fstat(fd, &linked) != nil || linked.Mtim != after.Mtim || linked.Size != after.Size {
 		os.Remove(pub)
 		unix.Fchown(fd, int(before.Uid), int(before.Gid))
 		unix.Fchmod(fd, before.Mode&0o7777)
