@@ -178,10 +178,16 @@ func FuzzMerge(f *testing.F) {
 			case pick != nil:
 				result[p] = *pick
 			default:
-				// Nobody changed more than mtimes: base at the latest.
+				// Nobody changed more than mtimes: base at the latest
+				// mtime of the heads that moved it.
+				moved := false
 				for i := range heads {
-					if hn, ok := fheads[i][p]; ok && hn.e.MtimeNs > bn.e.MtimeNs {
-						bn.e.MtimeNs = hn.e.MtimeNs
+					hn, ok := fheads[i][p]
+					if !ok || hn.e.MtimeNs == fbase[p].e.MtimeNs {
+						continue
+					}
+					if !moved || hn.e.MtimeNs > bn.e.MtimeNs {
+						bn.e.MtimeNs, moved = hn.e.MtimeNs, true
 					}
 				}
 				result[p] = res{bn, bok}

@@ -268,7 +268,9 @@ func selfOf(v *ver, t *cas.Tree) self {
 // change at different times (the same file written by two agents, a
 // directory both added entries to) agree, and the later mtime wins, so the
 // result does not depend on the order of the heads. A head that only
-// touched a path yields to one that changed it.
+// touched a path yields to one that changed it; when heads only touched it,
+// the latest mtime among those that moved it wins, earlier than base's or
+// not, as a path taken whole (every head that changed it agrees) would.
 func mergeSelf(base *self, heads []self) (self, bool) {
 	var pick *self
 	for i := range heads {
@@ -287,11 +289,18 @@ func mergeSelf(base *self, heads []self) (self, bool) {
 	if pick != nil {
 		return *pick, false
 	}
-	// Nobody changed more than mtimes: keep base, at the latest mtime.
+	// Nobody changed more than mtimes: keep base, at the latest mtime of
+	// the heads that changed it (a head that left the path alone has no
+	// say, as when the path is taken whole from the heads that changed it).
 	out := *base
+	moved := false
 	for i := range heads {
-		if heads[i].ok && heads[i].e.MtimeNs > out.e.MtimeNs {
+		if !heads[i].ok || heads[i].e.MtimeNs == base.e.MtimeNs {
+			continue
+		}
+		if !moved || heads[i].e.MtimeNs > out.e.MtimeNs {
 			out.e.MtimeNs = heads[i].e.MtimeNs
+			moved = true
 		}
 	}
 	return out, false
