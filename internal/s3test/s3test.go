@@ -109,11 +109,20 @@ func (s *Server) run() error {
 	return nil
 }
 
-// waitReady waits until the server answers HTTP (any status: an anonymous
-// request is refused, which proves it listens).
+// waitReady waits until this server, and no other, answers on its port.
+// An answer alone does not say whose it is: when two servers start at once
+// and their free ports collide, the second one's process is still starting
+// (to fail with "address already in use") while the first one answers on
+// the port it will never get. So the server must also show a bucket that
+// only its own directory holds.
 func (s *Server) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	c := &http.Client{Timeout: 2 * time.Second}
+	probe := filepath.Base(s.top) // s3testNNN: a valid bucket name, unique to this server
+	if err := os.Mkdir(filepath.Join(s.Dir, probe), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("s3test: %w", err)
+	}
+	defer os.Remove(filepath.Join(s.Dir, probe))
 	var last error
 	for time.Now().Before(deadline) {
 		if !s.Running() {
@@ -122,7 +131,13 @@ func (s *Server) waitReady(timeout time.Duration) error {
 		resp, err := c.Get(s.Endpoint + "/")
 		if err == nil {
 			resp.Body.Close()
-			return nil
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err = s.Client().HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(probe)})
+			cancel()
+			if err == nil {
+				return nil
+			}
+			err = fmt.Errorf("the server on the port does not show this server's directory (another server's port?): %w", err)
 		}
 		last = err
 		time.Sleep(20 * time.Millisecond)
