@@ -295,7 +295,19 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		mounter:      opts.Mounter,
 		statCache:    ingest.NewStatCache(0),
 	}
+	// ownJournal is the journal Open opened (not one it was given).
+	var ownJournal journal.Store
+	// fail closes what Open opened so far, the reverse of Close's order.
 	fail := func(err error) (*Fabric, error) {
+		if ownJournal != nil {
+			ownJournal.Close()
+		}
+		if f.tier != nil {
+			f.tier.Close() // stops its uploader
+		}
+		if f.local != nil {
+			f.local.Close()
+		}
 		lock.Close()
 		return nil, err
 	}
@@ -343,10 +355,11 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	f.wasm = opts.WASI
 	f.ids = journal.NewIDGen(opts.Now, nil)
 	if f.journal = opts.JournalStore; f.journal == nil {
-		f.journal, err = journalpebble.Open(filepath.Join(stateDir, "journal"), opts.Journal)
+		j, err := journalpebble.Open(filepath.Join(stateDir, "journal"), opts.Journal)
 		if err != nil {
 			return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 		}
+		f.journal, ownJournal = j, j
 	}
 	if opts.Cluster != nil {
 		f.cluster = opts.Cluster
@@ -356,9 +369,6 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		f.provKey, err = loadKey(filepath.Join(stateDir, "provenance.key"))
 	}
 	if err != nil {
-		if opts.JournalStore == nil {
-			f.journal.Close()
-		}
 		return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 	}
 	f.projection = &projection{
