@@ -26,6 +26,10 @@ func bigContent(seed uint64) []byte {
 	return b
 }
 
+// netBindCap is a security.capability value (VFS_CAP_REVISION_2,
+// effective): CAP_NET_BIND_SERVICE permitted.
+var netBindCap = []byte{0x01, 0, 0, 0x02, 0x00, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
 func upperPath(f *Fabric, attemptID, rel string) string {
 	return filepath.Join(f.attemptDir(attemptID), "delta", "upper", rel)
 }
@@ -129,6 +133,11 @@ func TestFailedSealCommitUnsharesAdoptedFiles(t *testing.T) {
 	if err := os.Chown(p, 1234, 5678); err != nil {
 		t.Fatal(err)
 	}
+	// A file capability (after the chown, which clears it): the store's
+	// chown clears it too, so only the adoption log can give it back.
+	if err := unix.Setxattr(p, "security.capability", netBindCap, 0); err != nil {
+		t.Fatal(err)
+	}
 	was := inode(t, upperPath(f, a.AttemptID, "big.bin"))
 	c.failNextCommit()
 	if _, err := f.Suspend(ctx, SuspendRequest{AttemptID: a.AttemptID}); !errors.Is(err, errInjected) {
@@ -154,6 +163,10 @@ func TestFailedSealCommitUnsharesAdoptedFiles(t *testing.T) {
 	buf := make([]byte, 8)
 	if n, err := unix.Getxattr(p, "user.esf.test", buf); err != nil || string(buf[:n]) != "x" {
 		t.Errorf("xattr after the remount: %q, %v", buf[:n], err)
+	}
+	capBuf := make([]byte, 64)
+	if n, err := unix.Getxattr(p, "security.capability", capBuf); err != nil || !bytes.Equal(capBuf[:n], netBindCap) {
+		t.Errorf("security.capability after the remount: %x, %v; want %x", capBuf[:max(n, 0)], err, netBindCap)
 	}
 	if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, big) {
 		t.Fatalf("big.bin after the remount: %d bytes, %v", len(b), err)

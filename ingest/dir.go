@@ -541,7 +541,7 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 	case unix.S_IFREG:
 		e.Type = cas.TypeFile
 		start := cache.now()
-		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, j.rel, p, &st, buf.get())
+		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, j.rel, p, &st, e.Xattrs, buf.get())
 		if err != nil {
 			return r, err
 		}
@@ -586,8 +586,8 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 // instead (see adopt).
 //
 // The file is name in dirfd, rel below the root; p names it in errors and
-// logs.
-func (d *dirImport) file(ctx context.Context, dirfd int, name, rel, p string, st *unix.Stat_t, buf []byte) (cas.ID, int64, []cas.Hole, error) {
+// logs; xs are its extended attributes.
+func (d *dirImport) file(ctx context.Context, dirfd int, name, rel, p string, st *unix.Stat_t, xs []cas.Xattr, buf []byte) (cas.ID, int64, []cas.Hole, error) {
 	// O_NONBLOCK: should p have been swapped for a fifo since the lstat,
 	// the open must not hang (the fstat check below then fails).
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
@@ -626,7 +626,7 @@ func (d *dirImport) file(ctx context.Context, dirfd int, name, rel, p string, st
 	}
 
 	if d.overlay && d.opts.Adopt != nil && fst.Nlink == 1 {
-		id, size, err := d.adopt(ctx, f, rel, p, &fst, hc, buf[:n])
+		id, size, err := d.adopt(ctx, f, rel, p, &fst, xs, hc, buf[:n])
 		return id, size, hc.result(size), err
 	}
 	if !d.hashFirst.Load() {
@@ -698,12 +698,13 @@ func (d *dirImport) streamFile(ctx context.Context, p string, st *unix.Stat_t, f
 }
 
 // adopt stores the large file f, whose first bytes (already read and
-// counted) are head and whose fstat is st, by handing its inode to the
+// counted) are head, whose fstat is st and whose extended attributes are
+// xs, by handing its inode to the
 // store (cas.Adopter): it is read once, to hash it, and never copied. The
 // caller (Options.Adopt) is told first, so it can give the upper directory
 // its own copy back should the seal not commit.
-func (d *dirImport) adopt(ctx context.Context, f *os.File, rel, p string, st *unix.Stat_t, r io.Reader, head []byte) (cas.ID, int64, error) {
-	if err := d.opts.Adopt(rel, st.Mode&cas.ModeMask, st.Uid, st.Gid); err != nil {
+func (d *dirImport) adopt(ctx context.Context, f *os.File, rel, p string, st *unix.Stat_t, xs []cas.Xattr, r io.Reader, head []byte) (cas.ID, int64, error) {
+	if err := d.opts.Adopt(rel, st.Mode&cas.ModeMask, st.Uid, st.Gid, xs); err != nil {
 		return cas.ZeroID, 0, fmt.Errorf("import %s: %w", p, err)
 	}
 	r = io.MultiReader(bytes.NewReader(head), &progressReader{r: ctxReader{ctx: ctx, r: r}, prog: d.prog})

@@ -64,10 +64,11 @@ type Options struct {
 	// for an upper directory nobody writes again: the caller must give
 	// each such file its own inode back before anyone could (see
 	// delta.Unshare). Adopt is called with the file's path below the
-	// upper directory, its mode and its owner before it is handed over
-	// (the store makes the file its own); an error fails the seal. Dir
-	// ignores it.
-	Adopt func(rel string, mode, uid, gid uint32) error
+	// upper directory, its mode, its owner and its extended attributes
+	// (without overlayfs's own) before it is handed over (the store makes
+	// the file its own, which clears its file capability); an error fails
+	// the seal. Dir ignores it.
+	Adopt func(rel string, mode, uid, gid uint32, xattrs []cas.Xattr) error
 	// StatCache, when set, lets Dir skip reading files that an earlier
 	// import with the same cache read and that did not change since (see
 	// StatCache). Upper ignores it.
