@@ -21,15 +21,7 @@ func TestSealAdoptedObjectNotOwnedByWriter(t *testing.T) {
 	f, _ := openCounted(t)
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"a": "1"})
-	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := bigContent(11)
-	p := filepath.Join(a.Root, "big.bin")
-	if err := os.WriteFile(p, big, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	a, big, p := activateBig(t, f, g.Node.NodeID, 11, 0o644)
 	if err := os.Chown(p, 1234, 5678); err != nil {
 		t.Fatal(err)
 	}
@@ -55,15 +47,7 @@ func TestSealAdoptMappedWriter(t *testing.T) {
 	f, _ := openCounted(t)
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"a": "1"})
-	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := bigContent(12)
-	p := filepath.Join(a.Root, "big.bin")
-	if err := os.WriteFile(p, big, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	a, big, p := activateBig(t, f, g.Node.NodeID, 12, 0o644)
 	fd, err := unix.Open(p, unix.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -102,14 +86,7 @@ func TestSealAdoptBindMountWriter(t *testing.T) {
 	f, _ := openCounted(t)
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"a": "1"})
-	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := bigContent(13)
-	if err := os.WriteFile(filepath.Join(a.Root, "big.bin"), big, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	a, big, _ := activateBig(t, f, g.Node.NodeID, 13, 0o644)
 	bind := t.TempDir()
 	if err := unix.Mount(a.Root, bind, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)

@@ -30,6 +30,23 @@ func bigContent(seed uint64) []byte {
 // effective): CAP_NET_BIND_SERVICE permitted.
 var netBindCap = []byte{0x01, 0, 0, 0x02, 0x00, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
+// activateBig activates node and writes bigContent(seed) with mode to
+// big.bin in the attempt's root: a file a seal that releases the attempt
+// adopts. It returns the attempt, the content and the file's path.
+func activateBig(t *testing.T, f *Fabric, node string, seed uint64, mode os.FileMode) (AttemptView, []byte, string) {
+	t.Helper()
+	a, err := f.Activate(context.Background(), ActivateRequest{NodeID: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bigContent(seed)
+	p := filepath.Join(a.Root, "big.bin")
+	if err := os.WriteFile(p, big, mode); err != nil {
+		t.Fatal(err)
+	}
+	return a, big, p
+}
+
 func upperPath(f *Fabric, attemptID, rel string) string {
 	return filepath.Join(f.attemptDir(attemptID), "delta", "upper", rel)
 }
@@ -52,14 +69,7 @@ func TestSealAdoptsLargeFiles(t *testing.T) {
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"a": "1"})
 
-	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := bigContent(1)
-	if err := os.WriteFile(filepath.Join(a.Root, "big.bin"), big, 0o640); err != nil {
-		t.Fatal(err)
-	}
+	a, big, _ := activateBig(t, f, g.Node.NodeID, 1, 0o640)
 	before := inode(t, upperPath(f, a.AttemptID, "big.bin"))
 	res, err := f.Suspend(ctx, SuspendRequest{AttemptID: a.AttemptID})
 	if err != nil {
@@ -84,15 +94,7 @@ func TestSealAdoptsLargeFiles(t *testing.T) {
 	}
 
 	// Keep running: the attempt goes on writing its file.
-	k, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	big2 := bigContent(2)
-	p := filepath.Join(k.Root, "big.bin")
-	if err := os.WriteFile(p, big2, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	k, big2, p := activateBig(t, f, g.Node.NodeID, 2, 0o600)
 	if _, err := f.Suspend(ctx, SuspendRequest{AttemptID: k.AttemptID, KeepRunning: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -118,15 +120,7 @@ func TestFailedSealCommitUnsharesAdoptedFiles(t *testing.T) {
 	f, c := openCounted(t)
 	ctx := context.Background()
 	g := newGroup(t, f, map[string]string{"a": "1"})
-	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := bigContent(3)
-	p := filepath.Join(a.Root, "big.bin")
-	if err := os.WriteFile(p, big, 0o640); err != nil {
-		t.Fatal(err)
-	}
+	a, big, p := activateBig(t, f, g.Node.NodeID, 3, 0o640)
 	if err := unix.Setxattr(p, "user.esf.test", []byte("x"), 0); err != nil {
 		t.Fatal(err)
 	}
