@@ -44,6 +44,7 @@ import (
 	"github.com/esf-dev/esf/export"
 	"github.com/esf-dev/esf/fusefs"
 	"github.com/esf-dev/esf/ingest"
+	"github.com/esf-dev/esf/internal/rootfs"
 	"github.com/esf-dev/esf/mounter"
 )
 
@@ -296,24 +297,11 @@ func moveEntries(l delta.Layout, from, to string) error {
 // applyAttr gives dir the owner (if it may), mode and times of attr.
 func applyAttr(dir string, a *delta.RootAttr) error {
 	os.Lchown(dir, int(a.UID), int(a.GID)) // only root may; the fake does without
-	if err := os.Chmod(dir, os.FileMode(a.Mode&0o777)|modeBits(a.Mode)); err != nil {
+	// Chmod takes the permission and set-id and sticky bits, not the type.
+	if err := os.Chmod(dir, rootfs.FileMode(a.Mode)); err != nil {
 		return err
 	}
 	return unix.UtimesNanoAt(unix.AT_FDCWD, dir, []unix.Timespec{a.Atim, a.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
-}
-
-func modeBits(mode uint32) os.FileMode {
-	var m os.FileMode
-	if mode&unix.S_ISUID != 0 {
-		m |= os.ModeSetuid
-	}
-	if mode&unix.S_ISGID != 0 {
-		m |= os.ModeSetgid
-	}
-	if mode&unix.S_ISVTX != 0 {
-		m |= os.ModeSticky
-	}
-	return m
 }
 
 // Reclaim does nothing: a fake delta has no volatile marker.
