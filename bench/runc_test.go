@@ -17,9 +17,11 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	gorunc "github.com/containerd/go-runc"
 
+	"github.com/esf-dev/esf/bench"
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/executor/runc"
 	"github.com/esf-dev/esf/executor/runc/runctest"
+	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/internal/testenv"
 )
 
@@ -67,6 +69,56 @@ func busyboxRootfs(dir string) error {
 		}
 	}
 	return nil
+}
+
+// runcRig is a scenario's runc set-up: the executor's init and a busybox
+// rootfs in the scenario's own directory, for executors and daemons that
+// run containers in it (daemon).
+type runcRig struct {
+	e      *bench.Env
+	init   string
+	dir    string // the scenario's directory
+	rootfs string
+}
+
+// newRuncRig builds the init (once per process) and a busybox rootfs in a
+// new directory named after name. Without what runc needs
+// (runctest.Check) it adds a skipped row named row and returns nil.
+func newRuncRig(e *bench.Env, name, row string) (*runcRig, error) {
+	if err := runctest.Check(); err != nil {
+		e.Add(bench.Row{Name: row, Verdict: bench.VerdictSkip, Note: err.Error()})
+		return nil, nil
+	}
+	initPath, err := sharedInit()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := e.Mkdir(name)
+	if err != nil {
+		return nil, err
+	}
+	r := &runcRig{e: e, init: initPath, dir: dir, rootfs: filepath.Join(dir, "rootfs")}
+	return r, busyboxRootfs(r.rootfs)
+}
+
+// daemon starts a runc executor with o (Init and StateDir are set here;
+// the cgroups of o.Namespace go when the scenario ends) and a daemon named
+// name that runs it, with configure (if not nil) applied to its options
+// too, over a node of the rig's rootfs.
+func (r *runcRig) daemon(ctx context.Context, name string, o runc.Options, configure func(*fabric.Options)) (*bench.Daemon, string, *runc.Executor, error) {
+	o.Init, o.StateDir = r.init, filepath.Join(r.dir, "runc-state", name)
+	ex, err := runc.New(o)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	r.e.Cleanup(func() error { runctest.RemoveCgroupParents(o.Namespace); return nil })
+	d, node, err := execDaemon(ctx, r.e, name, r.rootfs, func(fo *fabric.Options) {
+		fo.Executor = ex
+		if configure != nil {
+			configure(fo)
+		}
+	})
+	return d, node, ex, err
 }
 
 // runcFixture builds the init (once per process) and a busybox rootfs.

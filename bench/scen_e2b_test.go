@@ -58,32 +58,20 @@ func benchE2B(ctx context.Context, e *bench.Env) error {
 	if err := npmCI(ctx, suite); err != nil {
 		return skip(err)
 	}
-	initPath, err := sharedInit()
-	if err != nil {
+	rig, err := newRuncRig(e, "e2b", rowName)
+	if rig == nil || err != nil {
 		return err
 	}
-	dir, err := e.Mkdir("e2b")
-	if err != nil {
-		return err
-	}
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := busyboxRootfs(rootfs); err != nil {
-		return err
-	}
+	dir := rig.dir
 	b, err := os.ReadFile(bash)
 	if err != nil {
 		return err
 	}
-	os.Remove(filepath.Join(rootfs, "bin", "bash"))
-	if err := os.WriteFile(filepath.Join(rootfs, "bin", "bash"), b, 0o755); err != nil {
+	os.Remove(filepath.Join(rig.rootfs, "bin", "bash"))
+	if err := os.WriteFile(filepath.Join(rig.rootfs, "bin", "bash"), b, 0o755); err != nil {
 		return err
 	}
-	ex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc-state"), Init: initPath, Namespace: "esf-bench-e2b"})
-	if err != nil {
-		return err
-	}
-	e.Cleanup(func() error { runctest.RemoveCgroupParents("esf-bench-e2b"); return nil })
-	d, node, err := execDaemon(ctx, e, "e2b", rootfs, func(o *fabric.Options) { o.Executor = ex })
+	d, node, _, err := rig.daemon(ctx, "e2b", runc.Options{Namespace: "esf-bench-e2b"}, nil)
 	if err != nil {
 		return err
 	}

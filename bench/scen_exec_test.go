@@ -16,7 +16,6 @@ import (
 	"github.com/esf-dev/esf/bench"
 	"github.com/esf-dev/esf/executor"
 	"github.com/esf-dev/esf/executor/runc"
-	"github.com/esf-dev/esf/executor/runc/runctest"
 	"github.com/esf-dev/esf/fabric"
 	"github.com/esf-dev/esf/wasi"
 	"github.com/esf-dev/esf/wasi/wasitest"
@@ -196,51 +195,29 @@ func benchWASI(ctx context.Context, e *bench.Env) error {
 
 func benchRunc(ctx context.Context, e *bench.Env) error {
 	const rowName = "runc activate + first exec"
-	if err := runctest.Check(); err != nil {
-		e.Add(bench.Row{Name: rowName, Verdict: bench.VerdictSkip, Note: err.Error()})
-		return nil
-	}
-	initPath, err := sharedInit()
-	if err != nil {
+	rig, err := newRuncRig(e, "runc", rowName)
+	if rig == nil || err != nil {
 		return err
 	}
-	dir, err := e.Mkdir("runc")
-	if err != nil {
-		return err
-	}
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := busyboxRootfs(rootfs); err != nil {
-		return err
-	}
-	ex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc-state"), Init: initPath, Namespace: "esf-bench"})
-	if err != nil {
-		return err
-	}
-	e.Cleanup(func() error { runctest.RemoveCgroupParents("esf-bench"); return nil })
-	d, node, err := execDaemon(ctx, e, "runc", rootfs, func(o *fabric.Options) { o.Executor = ex })
+	d, node, ex, err := rig.daemon(ctx, "runc", runc.Options{Namespace: "esf-bench"}, nil)
 	if err != nil {
 		return err
 	}
 	// The same with a warm pool (esfd --runc-pool 2), in a
 	// daemon of its own.
 	const runcPool = 2
-	pex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc-pool-state"), Init: initPath, Namespace: "esf-bench-pool", PoolSize: runcPool})
-	if err != nil {
-		return err
-	}
-	e.Cleanup(func() error { runctest.RemoveCgroupParents("esf-bench-pool"); return nil })
-	pd, pnode, err := execDaemon(ctx, e, "runc-pool", rootfs, func(o *fabric.Options) { o.Executor = pex })
+	pd, pnode, pex, err := rig.daemon(ctx, "runc-pool", runc.Options{Namespace: "esf-bench-pool", PoolSize: runcPool}, nil)
 	if err != nil {
 		return err
 	}
 	// Registered after the daemon, so the pool closes before the daemon
 	// unmounts its projection (as in esfd).
 	e.Cleanup(func() error { return pex.ClosePool(context.Background()) })
-	bundle, err := writeBareBundle(dir, rootfs)
+	bundle, err := writeBareBundle(rig.dir, rig.rootfs)
 	if err != nil {
 		return err
 	}
-	bare := &gorunc.Runc{Root: filepath.Join(dir, "bare-root")}
+	bare := &gorunc.Runc{Root: filepath.Join(rig.dir, "bare-root")}
 	seq := 0
 	bareRun := func(ctx context.Context) (bench.Measurement, error) {
 		seq++
@@ -304,7 +281,7 @@ func benchRunc(ctx context.Context, e *bench.Env) error {
 		adoptSeq++
 		id := fmt.Sprintf("adopt-%d", adoptSeq)
 		m, err := bench.Timed(1, func() error {
-			if err := pex.Start(ctx, id, executor.Spec{Rootfs: rootfs}); err != nil {
+			if err := pex.Start(ctx, id, executor.Spec{Rootfs: rig.rootfs}); err != nil {
 				return err
 			}
 			return execTrue(ctx, pex, id)

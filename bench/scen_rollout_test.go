@@ -15,7 +15,6 @@ import (
 
 	"github.com/esf-dev/esf/bench"
 	"github.com/esf-dev/esf/executor/runc"
-	"github.com/esf-dev/esf/executor/runc/runctest"
 	"github.com/esf-dev/esf/fabric"
 )
 
@@ -40,32 +39,16 @@ var rolloutArgs = []string{"/bin/sh", "-c", "echo done > /result"}
 
 func benchRollout(ctx context.Context, e *bench.Env) error {
 	const rowName = "rollouts/s, 16 concurrent clients"
-	if err := runctest.Check(); err != nil {
-		e.Add(bench.Row{Name: rowName, Verdict: bench.VerdictSkip, Note: err.Error()})
-		return nil
+	rig, err := newRuncRig(e, "rollout", rowName)
+	if rig == nil || err != nil {
+		return err
 	}
-	initPath, err := sharedInit()
+	d, node, _, err := rig.daemon(ctx, "rollout", runc.Options{Namespace: "esf-bench"}, nil)
 	if err != nil {
 		return err
 	}
-	dir, err := e.Mkdir("rollout")
-	if err != nil {
-		return err
-	}
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := busyboxRootfs(rootfs); err != nil {
-		return err
-	}
-	ex, err := runc.New(runc.Options{StateDir: filepath.Join(dir, "runc-state"), Init: initPath, Namespace: "esf-bench"})
-	if err != nil {
-		return err
-	}
-	e.Cleanup(func() error { runctest.RemoveCgroupParents("esf-bench"); return nil })
-	d, node, err := execDaemon(ctx, e, "rollout", rootfs, func(o *fabric.Options) { o.Executor = ex })
-	if err != nil {
-		return err
-	}
-	bundle, err := writeBundleArgs(dir, rootfs, "rollout-bundle", rolloutArgs)
+	dir := rig.dir
+	bundle, err := writeBundleArgs(dir, rig.rootfs, "rollout-bundle", rolloutArgs)
 	if err != nil {
 		return err
 	}

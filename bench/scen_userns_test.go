@@ -2,12 +2,10 @@ package bench_test
 
 import (
 	"context"
-	"path/filepath"
 
 	"github.com/esf-dev/esf/bench"
 	"github.com/esf-dev/esf/delta"
 	"github.com/esf-dev/esf/executor/runc"
-	"github.com/esf-dev/esf/executor/runc/runctest"
 	"github.com/esf-dev/esf/fabric"
 )
 
@@ -22,20 +20,8 @@ func init() {
 
 func benchUserNS(ctx context.Context, e *bench.Env) error {
 	const rowName = "runc activate + first exec, user namespace"
-	if err := runctest.Check(); err != nil {
-		e.Add(bench.Row{Name: rowName, Verdict: bench.VerdictSkip, Note: err.Error()})
-		return nil
-	}
-	initPath, err := sharedInit()
-	if err != nil {
-		return err
-	}
-	dir, err := e.Mkdir("runc-userns")
-	if err != nil {
-		return err
-	}
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := busyboxRootfs(rootfs); err != nil {
+	rig, err := newRuncRig(e, "runc-userns", rowName)
+	if rig == nil || err != nil {
 		return err
 	}
 	idmap, err := delta.NewIDMap(1<<30, 65536)
@@ -43,24 +29,16 @@ func benchUserNS(ctx context.Context, e *bench.Env) error {
 		return err
 	}
 	e.Cleanup(idmap.Close)
-	e.Cleanup(func() error { runctest.RemoveCgroupParents("esf-bench-userns"); return nil })
 	var nodes [2]string
 	var daemons [2]*bench.Daemon
 	for i, userns := range []bool{true, false} {
-		o := runc.Options{StateDir: filepath.Join(dir, "runc-state", []string{"userns", "root"}[i]), Init: initPath, Namespace: "esf-bench-userns"}
+		o := runc.Options{Namespace: "esf-bench-userns"}
+		var configure func(*fabric.Options)
 		if userns {
 			o.UserNS = runc.IDRange{Start: idmap.Start, Count: idmap.Count}
+			configure = func(fo *fabric.Options) { fo.IDMap = idmap }
 		}
-		ex, err := runc.New(o)
-		if err != nil {
-			return err
-		}
-		d, node, err := execDaemon(ctx, e, []string{"runc-userns", "runc-root"}[i], rootfs, func(fo *fabric.Options) {
-			fo.Executor = ex
-			if userns {
-				fo.IDMap = idmap
-			}
-		})
+		d, node, _, err := rig.daemon(ctx, []string{"runc-userns", "runc-root"}[i], o, configure)
 		if err != nil {
 			return err
 		}
