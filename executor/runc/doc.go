@@ -134,8 +134,10 @@
 // next, since a pool container serves one Start and is deleted with it. A
 // step that fails discards the pool container (Stop removes the footprint
 // the rewritten config names) and the Start proceeds cold; a crash in
-// between leaves a pool container that the next pool (or esfd stop-all,
-// through ClosePool) stops. The pool is capped by SetPoolLimit
+// between leaves a pool container that the next executor on the state dir
+// stops as soon as its pool is sized or limited, to any size, 0 included
+// (esfd does both at start, whatever its --runc-pool), or closed (esfd
+// stop-all, through ClosePool). The pool is capped by SetPoolLimit
 // (executor.PoolLimiter): esfd's live-attempt quota gives it only the room
 // live attempts leave, so idle and live containers together stay within
 // --max-attempts. Taking a container asks for a replacement, which waits

@@ -149,7 +149,10 @@ func (e *Executor) poolAdjust() {
 	if p.sweeping {
 		return // the sweep adjusts when it is done
 	}
-	if !p.swept && p.size > 0 {
+	// Whatever the size: a daemon restarted with its pool off must not
+	// leave the idle containers of the one that crashed running, outside
+	// its quota, for its whole life.
+	if !p.swept {
 		p.swept, p.sweeping = true, true
 		p.wg.Add(1)
 		go func() {

@@ -1,16 +1,22 @@
 package runc
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/executor"
+	"github.com/esf-dev/esf/executor/runc/runctest"
 )
 
 // The pool attacked: what an adopted container could see or keep of the
@@ -133,5 +139,198 @@ func TestPool_SameBoundaryAsCold(t *testing.T) {
 		if _, ok := w[k]; !ok {
 			t.Errorf("cgroup %s: pooled %q, cold has none", k, gv)
 		}
+	}
+}
+
+// startAny starts container id like start, adopted or not, and stops it
+// when the test ends.
+func (v *env) startAny(t *testing.T, id string, spec executor.Spec) error {
+	t.Helper()
+	if spec.Rootfs == "" {
+		spec.Rootfs = v.rootfs
+	}
+	if err := v.e.Start(v.ctx, id, spec); err != nil {
+		return err
+	}
+	v.mu.Lock()
+	v.ids = append(v.ids, id)
+	v.roots = append(v.roots, spec.Rootfs)
+	v.mu.Unlock()
+	t.Cleanup(func() {
+		if err := v.e.Stop(context.Background(), id); err != nil {
+			t.Errorf("stop %s: %v", id, err)
+		}
+	})
+	return nil
+}
+
+func (v *env) adopted() int { return v.e.PoolAdopted() }
+
+// TestPool_IdleInitKilled: the init of an idle pool container killed from
+// outside; the next Start does not adopt the dead container but starts
+// cold, the dead one is deleted (not left in runc's state), and the pool
+// refills with a live one.
+func TestPool_IdleInitKilled(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 1})
+	waitPool(t, v, 1)
+	v.e.pool.mu.Lock()
+	dead := v.e.pool.idle[0]
+	v.e.pool.mu.Unlock()
+	if err := unix.PidfdSendSignal(dead.pidfd, unix.SIGKILL, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A pidfd polls readable once its process has exited.
+	fds := []unix.PollFd{{Fd: int32(dead.pidfd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 60_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 1 {
+			t.Fatalf("the killed init did not exit: %d %v", n, err)
+		}
+		break
+	}
+	if err := v.startAny(t, "att_k", executor.Spec{}); err != nil {
+		t.Fatalf("start after the pool's init was killed: %v", err)
+	}
+	if got := v.sh(t, "att_k", "echo ok; cat /proc/1/cmdline"); got != "ok\n"+executor.InitPath+"\x00" {
+		t.Fatalf("container: %q", got)
+	}
+	if v.adopted() != 0 {
+		t.Fatal("the dead pool container was adopted")
+	}
+	waitPool(t, v, 1)
+	v.e.pool.mu.Lock()
+	live := v.e.pool.idle[0]
+	v.e.pool.mu.Unlock()
+	if live.id == dead.id {
+		t.Fatal("the dead container is still idle")
+	}
+	if _, err := os.Stat(v.e.bundle(dead.id)); err == nil {
+		t.Fatal("the dead container's bundle is left")
+	}
+}
+
+// TestPool_ConcurrentStartsTakeDistinctContainers: more concurrent Starts
+// than idle containers; each gets a container of its own (a distinct
+// runc id, its own root, its own processes), adopted or cold, and stopping
+// them while the pool refills leaves nothing.
+func TestPool_ConcurrentStartsTakeDistinctContainers(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 2})
+	waitPool(t, v, 2)
+	const n = 4
+	roots := make([]string, n)
+	for i := range roots {
+		roots[i] = filepath.Join(v.dir, "root"+strconv.Itoa(i))
+		if err := runctest.Busybox(roots[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(roots[i], "me"), []byte(strconv.Itoa(i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = v.startAny(t, "att_c"+strconv.Itoa(i), executor.Spec{Rootfs: roots[i]})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+	}
+	if a := v.adopted(); a < 1 || a > 2 {
+		t.Fatalf("%d of %d starts adopted with 2 idle", a, n)
+	}
+	seen := map[string]bool{}
+	for i := range n {
+		id := "att_c" + strconv.Itoa(i)
+		rid := v.e.runcID(id)
+		if seen[rid] {
+			t.Fatalf("two attempts share runc container %s", rid)
+		}
+		seen[rid] = true
+		if got := v.sh(t, id, "cat /me"); got != strconv.Itoa(i) {
+			t.Fatalf("container %d sees %q", i, got)
+		}
+		if ps := v.containerPids(t, id); len(ps) != 1 {
+			t.Fatalf("container %d holds processes %v, want only its init", i, ps)
+		}
+	}
+	// Stopped at once, while the pool is refilling: cleanups, then
+	// checkClean after the pool closes.
+}
+
+// TestPool_AdoptionFailingMidwayStartsCold: an adoption that fails after
+// the attempt's root was attached in the pool container's namespace (a
+// mount nested in another whose source lacks its mountpoint) discards
+// the pool container, removes what it made in the rootfs, and the Start
+// goes on cold; the pool refills and nothing is left.
+func TestPool_AdoptionFailingMidwayStartsCold(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 1})
+	waitPool(t, v, 1)
+	a, b := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(b, "f"), []byte("b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := v.startAny(t, "att_m", executor.Spec{Mounts: []executor.Mount{
+		{Source: a, Destination: "/a"}, {Source: b, Destination: "/a/b"},
+	}})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if got := v.sh(t, "att_m", "cat /a/b/f"); got != "b\n" {
+		t.Fatalf("nested mount: %q", got)
+	}
+	if v.adopted() != 0 {
+		t.Fatal("the nested mount was adopted; the test wants an adoption that fails after the root's switch began")
+	}
+	waitPool(t, v, 1)
+	if err := v.e.Stop(v.ctx, "att_m"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(v.rootfs, "a")); err == nil {
+		t.Fatal("the mountpoint /a is left in the rootfs")
+	}
+}
+
+// TestPool_RestartWithPoolOffReapsIdle: a daemon that crashed with idle
+// pool containers, restarted with the pool off (esfd --runc-pool 0 calls
+// SetPoolSize(0)): the leftovers are stopped, not left running outside
+// the quota for the new daemon's life.
+func TestPool_RestartWithPoolOffReapsIdle(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 1})
+	waitPool(t, v, 1)
+	// The old executor "crashes": it forgets its idle container.
+	v.e.pool.mu.Lock()
+	old := v.e.pool.idle
+	v.e.pool.idle, v.e.pool.closed = nil, true
+	v.e.pool.mu.Unlock()
+	for _, c := range old {
+		unix.Close(c.pidfd)
+	}
+	e2, err := New(Options{StateDir: v.e.opts.StateDir, Init: initPath, Namespace: v.e.opts.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e2.ClosePool(v.ctx); err != nil {
+			t.Errorf("close pool: %v", err)
+		}
+	})
+	e2.SetPoolSize(0)
+	v2 := &env{t: t, e: e2, ctx: v.ctx}
+	deadline := time.Now().Add(2 * time.Minute)
+	for runcPoolContainers(t, v2) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a restarted executor with its pool off leaves %d pool containers running", runcPoolContainers(t, v2))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
