@@ -99,6 +99,34 @@ func cgroupConfig(t *testing.T, v *env, id string) map[string]string {
 	return out
 }
 
+// initFds lists what the init of container id holds open, seen from the
+// host: the kind of each descriptor (pipe, socket, anon inode) or its
+// path; the root's path as ROOT.
+func initFds(t *testing.T, v *env, id string) []string {
+	t.Helper()
+	info, err := v.e.State(v.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join("/proc", strconv.Itoa(info.Pid), "fd")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, d := range ents {
+		l, err := os.Readlink(filepath.Join(dir, d.Name()))
+		if err != nil {
+			continue
+		}
+		if k, _, ok := strings.Cut(l, ":["); ok {
+			l = k
+		}
+		out = append(out, d.Name()+" "+strings.ReplaceAll(l, v.rootfs, "ROOT"))
+	}
+	return out
+}
+
 // TestPool_SameBoundaryAsCold: a container adopted from the pool and one
 // started cold on the same spec are the same seen from inside, field by
 // field, through both ways an exec starts (the init, runc exec):
@@ -108,8 +136,14 @@ func cgroupConfig(t *testing.T, v *env, id string) map[string]string {
 // mount's root (nothing of the pool's stub, its bundle or the adoption's
 // mountpoint), and from the host every setting of their cgroups.
 func TestPool_SameBoundaryAsCold(t *testing.T) {
-	cold := newEnv(t)
-	pooled := newEnvWith(t, Options{PoolSize: 1})
+	t.Run("host ids", func(t *testing.T) { testPoolSameBoundaryAsCold(t, Options{}) })
+	t.Run("user namespace", func(t *testing.T) { testPoolSameBoundaryAsCold(t, Options{UserNS: testUserNS}) })
+}
+
+func testPoolSameBoundaryAsCold(t *testing.T, opts Options) {
+	cold := newEnvWith(t, opts)
+	opts.PoolSize = 1
+	pooled := newEnvWith(t, opts)
 	spec := executor.Spec{Limits: executor.Limits{MemoryBytes: 64 << 20, Pids: 64, CPUs: 0.5}}
 	cold.start("att_b", spec)
 	pooled.start("att_b", spec)
@@ -127,6 +161,18 @@ func TestPool_SameBoundaryAsCold(t *testing.T) {
 		}
 	}
 	cold.e.noAgent, pooled.e.noAgent = false, false
+
+	// From the host: the init's descriptors are the same kinds (none a
+	// directory or file of the stub or the bundle), its root is the
+	// attempt's.
+	for _, v := range []*env{cold, pooled} {
+		if pids := processesIn([]string{v.rootfs}); len(pids) != 1 {
+			t.Errorf("processes rooted in the attempt's root: %v, want the init", pids)
+		}
+	}
+	if w, g := initFds(t, cold, "att_b"), initFds(t, pooled, "att_b"); !slices.Equal(w, g) {
+		t.Errorf("the init's descriptors: pooled %q, cold %q", g, w)
+	}
 
 	w, g := cgroupConfig(t, cold, "att_b"), cgroupConfig(t, pooled, "att_b")
 	t.Logf("%d cgroup settings compared", len(w))
