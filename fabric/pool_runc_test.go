@@ -2,10 +2,13 @@ package fabric
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/esf-dev/esf/executor/runc"
+	"github.com/esf-dev/esf/executor/runc/runctest"
 )
 
 // runcColdAndPooled runs test with runc attempts started cold, then
@@ -94,4 +97,50 @@ func TestPooledRuncCountedByQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPool(t, ex, 1)
+}
+
+// TestPooledRuncFailedActivationGivesRoomBack: with --max-attempts 1 and a
+// pool of 1, an activation the pool's container cannot serve (the tree's
+// /proc is a symlink, refused before anything is made) fails, and gives
+// back both the quota's room and the idle container: the next activation
+// adopts it at once, neither queued nor cold.
+func TestPooledRuncFailedActivationGivesRoomBack(t *testing.T) {
+	f, g := openRuncWith(t, func(o *Options) { o.MaxLiveAttempts = 1; withRuncPool(t, 1)(o) })
+	ex := f.exec.(*runc.Executor)
+	ctx := context.Background()
+	bad := t.TempDir()
+	if err := runctest.Busybox(bad); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(bad, "proc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/tmp", filepath.Join(bad, "proc")); err != nil {
+		t.Fatal(err)
+	}
+	imp, err := f.Import(ctx, ImportSource{Path: bad})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg, err := f.CreateGroup(ctx, CreateGroupRequest{RootID: imp.Root.String(), Source: "bad"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, ex, 1)
+	if _, err := f.Activate(ctx, ActivateRequest{NodeID: bg.Node.NodeID, Executor: ExecutorRunc, NoQueue: true}); err == nil {
+		t.Fatal("activation on a tree whose /proc is a symlink succeeded")
+	}
+	waitPool(t, ex, 1)
+	a, err := f.Activate(ctx, ActivateRequest{NodeID: g.Node.NodeID, Executor: ExecutorRunc, NoQueue: true})
+	if err != nil {
+		t.Fatalf("activation after a failed one: %v", err)
+	}
+	if ex.PoolAdopted() != 1 {
+		t.Fatalf("%d adopted, want the idle container", ex.PoolAdopted())
+	}
+	if out, _, code := run(t, f, a.AttemptID, "sh", "-c", "echo ok"); out != "ok\n" || code != 0 {
+		t.Fatalf("exec: %q %d", out, code)
+	}
+	// Full again: no idle container beside the live attempt.
+	waitPool(t, ex, 0)
 }
