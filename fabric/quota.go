@@ -74,9 +74,10 @@ func (q *quota) reserve(mem int64) bool {
 
 // changed tells room how many more attempts could start now: a warm pool
 // of the executor sizes itself to it, so pre-started containers count
-// against MaxLiveAttempts with the attempts (-1: unlimited). Only a cold
-// start (a spec no pool container can serve) runs beside the idle
-// containers for as long as it takes; it shrinks the pool right after.
+// against MaxLiveAttempts with the attempts (-1: unlimited). A Start
+// takes its own place from that room in the executor, adopted or cold (a
+// cold start first stops an idle container beyond it), until this says
+// the same.
 func (q *quota) changed() {
 	if q.room == nil {
 		return

@@ -140,7 +140,11 @@
 // stop-all, through ClosePool). The pool is capped by SetPoolLimit
 // (executor.PoolLimiter): esfd's live-attempt quota gives it only the room
 // live attempts leave, so idle and live containers together stay within
-// --max-attempts. Taking a container asks for a replacement, which waits
+// --max-attempts. Every Start takes its place from that room at once,
+// adopted or not: a Start the pool cannot serve (a cold start) first stops
+// an idle container beyond it (TestPool_ColdStartEvictsAnIdleContainer),
+// and a refill under way when the pool was empty finds no room when it is
+// ready (only it may run beside the cold start, briefly). Taking a container asks for a replacement, which waits
 // for the adopted container's first exec to end (or its Stop) while
 // another idle container remains: a runc run is CPU-heavy, and the first
 // command is what an activation waits for. Shrinking stops the surplus;

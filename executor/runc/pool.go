@@ -284,6 +284,13 @@ func (e *Executor) makeStub(id string) (string, error) {
 func (e *Executor) takeIdle() (idleContainer, bool) {
 	p := &e.pool
 	p.mu.Lock()
+	// The Start takes the room as a live container, adopted or cold; the
+	// quota's next word (SetPoolLimit) says the same. Taken even when no
+	// container is idle: a refill under way then finds no room when it is
+	// ready, instead of idling beside the cold start.
+	if p.limit > 0 {
+		p.limit--
+	}
 	if len(p.idle) == 0 {
 		p.mu.Unlock()
 		e.poolAdjust()
@@ -291,14 +298,36 @@ func (e *Executor) takeIdle() (idleContainer, bool) {
 	}
 	c := p.idle[len(p.idle)-1]
 	p.idle = p.idle[:len(p.idle)-1]
-	// The adopted container leaves the room as a live one; the quota's
-	// next word (SetPoolLimit) says the same.
-	if p.limit > 0 {
-		p.limit--
-	}
 	p.mu.Unlock()
 	e.poolAdjust()
 	return c, true
+}
+
+// poolEvict makes room for a Start the pool cannot serve: its idle
+// containers fill the room the quota left (SetPoolLimit), and a cold start
+// beside a full pool would hold one container more than --max-attempts
+// until the quota's next word. It takes the Start's place from the limit,
+// as takeIdle does, and stops the idle containers beyond it before the
+// Start runs runc. The caller holds the Start's id lock (never a pool
+// container's: those are locked after, as adopt does).
+func (e *Executor) poolEvict(ctx context.Context) {
+	p := &e.pool
+	p.mu.Lock()
+	if p.limit > 0 {
+		p.limit--
+	}
+	var out []idleContainer
+	for t := p.targetLocked(); len(p.idle) > t; {
+		out = append(out, p.idle[0])
+		p.idle = p.idle[1:]
+	}
+	p.mu.Unlock()
+	for _, c := range out {
+		unix.Close(c.pidfd)
+		if err := e.Stop(context.WithoutCancel(ctx), c.id); err != nil {
+			e.opts.Logger.Warn("runc executor: evict idle pool container", "id", c.id, "err", err)
+		}
+	}
 }
 
 // poolable reports whether an idle container can become spec's: its init

@@ -380,3 +380,23 @@ func TestPool_RestartWithPoolOffReapsIdle(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestPool_ColdStartEvictsAnIdleContainer: the pool fills exactly the room
+// the quota gives it (SetPoolLimit 2, as esfd --max-attempts 2 with no live
+// attempt). A Start no idle container can serve (CapAdd) starts cold, and
+// evicts an idle container before it does: when it returns, idle and live
+// containers together are still 2, not 3 until the quota's next word.
+func TestPool_ColdStartEvictsAnIdleContainer(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 2})
+	v.e.SetPoolLimit(2)
+	waitPool(t, v, 2)
+	if err := v.startAny(t, "att_cold", executor.Spec{CapAdd: []string{"CAP_MKNOD"}}); err != nil {
+		t.Fatal(err)
+	}
+	if v.adopted() != 0 {
+		t.Fatal("a spec with CapAdd was adopted")
+	}
+	if n, idle := runcPoolContainers(t, v), v.e.PoolIdle(); n != 1 || idle != 1 {
+		t.Fatalf("after a cold start beside a full pool: %d pool containers in runc, %d idle; want 1 (live + idle within the limit of 2)", n, idle)
+	}
+}

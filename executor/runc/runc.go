@@ -263,6 +263,8 @@ func (e *Executor) Start(ctx context.Context, id string, spec executor.Spec) (er
 			}
 			return nil
 		}
+	} else {
+		e.poolEvict(ctx)
 	}
 	return e.startLocked(ctx, id, spec, false)
 }
