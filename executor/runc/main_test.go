@@ -121,8 +121,10 @@ func newEnvWith(t *testing.T, opts Options) *env {
 		t.Fatal(err)
 	}
 	// A namespace (cgroup parent) per env keeps tests that run in
-	// parallel and reuse ids apart.
-	ns := fmt.Sprintf("%s-%d", testNamespace, envSeq.Add(1))
+	// parallel and reuse ids apart, in this test process and in others
+	// running this package at the same time (another checkout's): with
+	// the sequence alone, two processes' "esf-test-5/pt" were one cgroup.
+	ns := fmt.Sprintf("%s-%d-%d", testNamespace, os.Getpid(), envSeq.Add(1))
 	if r := opts.UserNS; r.Count > 0 {
 		if err := chownTree(rootfs, int(r.Start)); err != nil {
 			t.Fatal(err)
