@@ -400,3 +400,60 @@ func TestPool_ColdStartEvictsAnIdleContainer(t *testing.T) {
 		t.Fatalf("after a cold start beside a full pool: %d pool containers in runc, %d idle; want 1 (live + idle within the limit of 2)", n, idle)
 	}
 }
+
+// TestPool_ShutdownDuringRefill: an adopted container stopped (which lets
+// the held-back refill start) and the pool closed while that refill runs:
+// ClosePool returns only when the refill's container is stopped too, and
+// a pool closed stays closed.
+func TestPool_ShutdownDuringRefill(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 2})
+	waitPool(t, v, 2)
+	v.start("att_r", executor.Spec{})
+	if err := v.e.Stop(v.ctx, "att_r"); err != nil {
+		t.Fatal(err)
+	}
+	v.e.pool.mu.Lock()
+	refilling := v.e.pool.starting
+	v.e.pool.mu.Unlock()
+	if err := v.e.ClosePool(v.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, idle := runcPoolContainers(t, v), v.e.PoolIdle(); n != 0 || idle != 0 {
+		t.Fatalf("after ClosePool (%d refills were under way): %d pool containers in runc, %d idle", refilling, n, idle)
+	}
+	v.e.SetPoolSize(2)
+	v.e.pool.mu.Lock()
+	starting := v.e.pool.starting
+	v.e.pool.mu.Unlock()
+	if starting != 0 {
+		t.Fatalf("a closed pool starts %d containers", starting)
+	}
+}
+
+// TestPool_AttemptsNeverShareAContainer: one attempt after another on a
+// pool of 1: the second gets another container (another runc id), and
+// sees nothing of the first's files or processes, although the first left
+// a process running in the background.
+func TestPool_AttemptsNeverShareAContainer(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 1})
+	v.start("att_1", executor.Spec{})
+	first := v.e.runcID("att_1")
+	v.sh(t, "att_1", "echo secret > /tmp/secret; setsid sleep 600 > /dev/null 2>&1 < /dev/null &")
+	if err := v.e.Stop(v.ctx, "att_1"); err != nil {
+		t.Fatal(err)
+	}
+	if pids := processesIn([]string{v.rootfs}); len(pids) != 0 {
+		t.Fatalf("the first attempt's processes outlived its Stop: %v", pids)
+	}
+	root2 := filepath.Join(v.dir, "rootfs2")
+	if err := runctest.Busybox(root2); err != nil {
+		t.Fatal(err)
+	}
+	v.start("att_2", executor.Spec{Rootfs: root2})
+	if second := v.e.runcID("att_2"); second == first {
+		t.Fatalf("the second attempt got the first's container %s", first)
+	}
+	if got := v.sh(t, "att_2", "cat /tmp/secret 2>&1; ps -o args | grep -c '[s]leep 600' || true"); !strings.Contains(got, "No such file") || !strings.HasSuffix(got, "0\n") {
+		t.Fatalf("the second attempt sees %q", got)
+	}
+}
