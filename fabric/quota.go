@@ -33,8 +33,11 @@ type quota struct {
 	queue []queued // FIFO
 
 	// room, when set, hears the live-attempt room left after every
-	// change (executor.PoolLimiter); called without mu held.
-	room func(n int)
+	// change (executor.PoolLimiter); called without mu held, under
+	// roomMu: one change's number never reaches the pool after a later
+	// change's.
+	room   func(n int)
+	roomMu sync.Mutex
 }
 
 type queued struct {
@@ -82,6 +85,10 @@ func (q *quota) changed() {
 	if q.room == nil {
 		return
 	}
+	// Computed and told under one lock: two changes that told the pool
+	// in the other order would leave it sized to the older, larger room.
+	q.roomMu.Lock()
+	defer q.roomMu.Unlock()
 	q.mu.Lock()
 	n := -1
 	if q.maxLive > 0 {

@@ -2,7 +2,9 @@ package fabric
 
 import (
 	"slices"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestQuotaGivesThePoolItsRoom: the executor's warm pool hears, after
@@ -48,5 +50,47 @@ func TestQuotaGivesThePoolItsRoom(t *testing.T) {
 	u.changed()
 	if want := []int{-1}; !slices.Equal(heard, want) {
 		t.Fatalf("unlimited: room heard %v, want %v", heard, want)
+	}
+}
+
+// TestQuotaRoomNeverStale: two changes of the tally tell the pool in
+// turn; the room it hears last is the room after both, never the first
+// change's number arriving after the second's (a pool sized to a stale,
+// larger room holds an idle container beside a full quota). The first
+// call to room is held until the second change has told the pool, or for
+// a second when it cannot (it waits for the first): a slow machine can
+// only make the test miss the race, never fail it.
+func TestQuotaRoomNeverStale(t *testing.T) {
+	q := newQuota(2, 0)
+	var mu sync.Mutex
+	var heard []int
+	entered, release := make(chan struct{}), make(chan struct{})
+	calls := 0
+	q.room = func(n int) {
+		mu.Lock()
+		calls++
+		hold := calls == 1
+		mu.Unlock()
+		if hold {
+			close(entered)
+			<-release
+		}
+		mu.Lock()
+		heard = append(heard, n)
+		mu.Unlock()
+	}
+	first, second := make(chan struct{}), make(chan struct{})
+	go func() { defer close(first); q.adopt("a", 0) }() // room 1, held
+	<-entered
+	go func() { defer close(second); q.adopt("b", 0) }() // room 0
+	select {
+	case <-second:
+	case <-time.After(time.Second):
+	}
+	close(release)
+	<-first
+	<-second
+	if len(heard) != 2 || heard[1] != 0 {
+		t.Fatalf("room heard %v, want the last to be 0 (two live attempts of 2)", heard)
 	}
 }
