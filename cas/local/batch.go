@@ -485,6 +485,12 @@ func (b *batch) Commit(ctx context.Context) error {
 			return fmt.Errorf("batch commit: %w", err)
 		}
 	} else if logged := b.takeLogged(); logged != nil {
+		if d := cas.DeferralFrom(ctx); d != nil && b.deferTo(d, logged, pending) {
+			// The caller's log makes the objects durable, then Publish
+			// does 1. and 3.; the Deferral owns the temp files now.
+			done = len(pending)
+			return nil
+		}
 		// 1. and 2. by the redo log: the objects' bytes are durable in it,
 		// so nothing else needs a flush (see redolog.go).
 		if err := s.log.append(logged); err != nil {
@@ -578,6 +584,44 @@ func (b *batch) Commit(ctx context.Context) error {
 		err = fmt.Errorf("batch commit: %w", serr)
 	}
 	return err
+}
+
+// deferTo hands a small batch's objects to d (see cas.Deferral) instead
+// of making them durable: publishing them is left to d.Publish, once the
+// caller's log holds their records, and dropping them to d.Abort. Until
+// then nothing of the batch is under objects/, so whatever a crash leaves
+// there is whole or recorded. It reports false if d takes nothing.
+func (b *batch) deferTo(d *cas.Deferral, logged []redoObject, pending []pendingObject) bool {
+	objs := make([]cas.DeferredObject, len(logged))
+	for i, o := range logged {
+		objs[i] = cas.DeferredObject{ID: o.id, Data: o.data}
+	}
+	s := b.s
+	publish := func(ctx context.Context) error {
+		// 1. Fan-out directories and 3. links, as after the redo log's
+		// append: nothing flushed, the records are durable.
+		done := 0
+		defer func() {
+			for _, p := range pending[done:] {
+				os.Remove(b.pubPath(p.id, p.seq))
+			}
+		}()
+		for i, p := range pending {
+			if i > 0 && pending[i-1].id[0] == p.id[0] || s.fanout[p.id[0]].Load() {
+				continue
+			}
+			if err := os.Mkdir(s.fanoutDir(p.id), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("batch publish: %w", err)
+			}
+		}
+		return b.publishLinks(ctx, pending, &done)
+	}
+	abort := func() {
+		for _, p := range pending {
+			os.Remove(b.pubPath(p.id, p.seq))
+		}
+	}
+	return d.Take(objs, publish, abort)
 }
 
 // takeLogged hands over the copies of a batch that the redo log can make

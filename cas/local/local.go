@@ -224,6 +224,12 @@ func (s *Store) redoPublications() error {
 			return err
 		}
 		if whole {
+			// A batch's pub- file may never have been flushed (a small
+			// batch's bytes were in a redo record, or its Commit never
+			// ran): whole as read now, perhaps only in the page cache.
+			if err := syncFile(pub); err != nil {
+				return err
+			}
 			if err := s.ensureFanout(id, syncDir); err != nil {
 				return err
 			}
@@ -634,6 +640,16 @@ func (s *Store) ensureFanout(id cas.ID, sync func(dir string) error) error {
 	}
 	s.fanout[i].Store(true)
 	return nil
+}
+
+// syncFile fsyncs the file at path.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 func syncDir(dir string) error {

@@ -153,8 +153,14 @@ func (s *Store) redo(id cas.ID, data []byte) error {
 		return err
 	}
 	if whole {
-		// Its link may still be unflushed: Open fsynced the fan-out
-		// directories, but a directory itself may be new.
+		// Whole as read, but perhaps only in the page cache (the process
+		// died, the machine did not): its data is flushed before its
+		// record can be dropped. Its link may still be unflushed too: Open
+		// fsynced the fan-out directories, but a directory itself may be
+		// new.
+		if err := syncFile(s.Path(id)); err != nil {
+			return err
+		}
 		s.fanout[id[0]].Store(false)
 		return s.ensureFanout(id, syncDir)
 	}
@@ -164,6 +170,39 @@ func (s *Store) redo(id cas.ID, data []byte) error {
 	s.fanout[id[0]].Store(false) // made again, durably, by Put
 	_, _, err = s.Put(context.Background(), bytes.NewReader(data))
 	return err
+}
+
+// Redo makes object id, whose bytes are data, stored, whole and durable:
+// the replay of a redo record kept outside the store (a cas.Deferral's,
+// in the journal). A stored object that does not hash to id is written
+// again. data must hash to id (ErrCorrupt otherwise: a damaged record).
+func (s *Store) Redo(id cas.ID, data []byte) error {
+	if cas.Sum(data) != id {
+		return fmt.Errorf("redo %s: the record's bytes hash to %s: %w", id, cas.Sum(data), cas.ErrCorrupt)
+	}
+	if err := s.redo(id, data); err != nil {
+		return fmt.Errorf("redo %s: %w", id, err)
+	}
+	return nil
+}
+
+// Sync makes every object published so far durable with one syncfs(2) of
+// the store's file system, and retires the batches' redo names it covers.
+// After it returns nil, the redo records kept outside the store (a
+// cas.Deferral's) of every object published before the call may go.
+func (s *Store) Sync() error {
+	fd, err := unix.Open(s.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", s.dir, err)
+	}
+	defer unix.Close(fd)
+	retire := s.takeRetired()
+	if err := unix.Syncfs(fd); err != nil {
+		s.addRetired(retire)
+		return fmt.Errorf("sync %s: syncfs: %w", s.dir, err)
+	}
+	removeRetired(retire)
+	return nil
 }
 
 // restart begins the next generation: an empty log. l.mu is held or l is
