@@ -189,7 +189,11 @@ type Fabric struct {
 	counting *countingStore
 	store    *gc.Tracker
 
-	journal    journal.Store
+	journal journal.Store
+	// redo holds the seals' redo records in the journal until a flush of
+	// the store retires them; nil unless the journal is pebble and the
+	// store local without a remote (storeredo.go).
+	redo       *storeRedo
 	ids        *journal.IDGen
 	projection *projection
 	// mounter is Options.Mounter.
@@ -361,6 +365,17 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		}
 		f.journal, ownJournal = j, j
 	}
+	if f.local != nil && opts.JournalStore == nil {
+		// Before anything reads the store (the tally's scan, the
+		// projection, any operation).
+		if err := f.replayStoreRedo(ctx); err != nil {
+			f.journal.Close()
+			return fail(fmt.Errorf("open state %s: %w", stateDir, err))
+		}
+		if opts.Remote == nil {
+			f.redo = &storeRedo{}
+		}
+	}
 	if opts.Cluster != nil {
 		f.cluster = opts.Cluster
 		f.worker = opts.Cluster.Registration.ID()
@@ -445,12 +460,16 @@ func (f *Fabric) Close() error {
 		if f.tier != nil {
 			f.tier.Close() // the upload queue stays for the next start
 		}
+		var redoErr error
+		if f.redo != nil {
+			redoErr = f.retireStoreRedo(context.Background())
+		}
 		jerr := f.journal.Close()
 		var serr error
 		if f.local != nil {
 			serr = f.local.Close() // its redo log's descriptor
 		}
-		f.closeErr = errors.Join(rerr, jerr, serr, f.lock.Close()) // releases the flock
+		f.closeErr = errors.Join(rerr, redoErr, jerr, serr, f.lock.Close()) // releases the flock
 		f.log.Info("state closed", "state_dir", f.stateDir)
 	})
 	return f.closeErr

@@ -45,10 +45,11 @@ var durableTypes = map[string]reflect.Type{
 // Key prefixes that hold no record: index keys (empty values), counters,
 // parts of recorded results (checked whole through their entry), the
 // store's own keys, the worker-local runtime records, and the configuration
-// workers of a cluster share (cfg/provenance-key: 32 random bytes), and
+// workers of a cluster share (cfg/provenance-key: 32 random bytes),
 // front doors' own records (front/, opaque to the fabric: package e2b
-// checks what it keeps there).
-var notRecords = []string{"idx/", "counter/", "idem-part/", "sys/evseq", "sys/schema", "runtime/", "cfg/", "front/"}
+// checks what it keeps there), and sealed objects' redo records
+// (store-redo/: object bytes, see storeredo.go).
+var notRecords = []string{"idx/", "counter/", "idem-part/", "sys/evseq", "sys/schema", "runtime/", "cfg/", "front/", "store-redo/"}
 
 // forbiddenFields are JSON field names that say worker-local truth.
 var forbiddenFields = []string{"path", "mount", "mountpoint", "dir", "private_delta", "inode", "ino", "dev",

@@ -103,14 +103,25 @@ func (f *Fabric) Suspend(ctx context.Context, req SuspendRequest) (SuspendResult
 	defer thaw()
 	start := time.Now()
 	err = f.releaseBeforeCommit(s)
+	// A small batch's objects become durable with the commit (one flush,
+	// storeredo.go): published only once it is known.
+	sealCtx, deferred := f.sealDeferral(ctx)
 	var sealed ingest.Result
 	if err == nil {
-		sealed, err = f.sealUpper(ctx, s)
+		sealed, err = f.sealUpper(sealCtx, s)
 	}
 	if err == nil {
 		err = f.mutate(ctx, OpSuspend, req, &s.res, func(tx journal.Tx, ci CallInfo) (any, error) {
-			return commitSeal(tx, ci, f.ids, req, s.from, s.release, sealed.Root.String(), s.env())
+			res, err := commitSeal(tx, ci, f.ids, req, s.from, s.release, sealed.Root.String(), s.env())
+			if err != nil {
+				return nil, err
+			}
+			return res, putStoreRedo(tx, deferred)
 		})
+	}
+	f.settleDeferral(ctx, deferred)
+	if err == nil {
+		err = failpoint.Inject(fpSealPublished)
 	}
 	if err != nil {
 		f.abortSeal(ctx, s)
