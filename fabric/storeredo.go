@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/esf-dev/esf/cas"
@@ -17,10 +20,13 @@ import (
 // not made durable by the store: its objects' bytes ride in the seal's own
 // journal transaction, one value per object under
 //
-//	store-redo/<object id>    the object's bytes (its redo record)
+//	store-redo/<object id>/<seal nonce>    the object's bytes (its redo record)
 //
 // so the one fdatasync of the journal's WAL that commits the node makes
 // them durable too (cas.Deferral). The graph never lists these keys. The
+// seal's own nonce ends each key, so a record is deleted only by the seal
+// that wrote it (or the replay) and a seal can tell its own records from
+// another's of the same object. The
 // protocol, and what a crash leaves at each point:
 //
 //  1. The seal writes the objects into temp files of the store, unflushed,
@@ -66,33 +72,42 @@ const storeRedoRetireBytes = 8 << 20
 // (point 3), before their records are retired.
 var fpSealPublished = failpoint.Declare("fabric.suspend.after-publish")
 
-// storeRedo holds the records of published objects not yet retired.
+// storeRedo holds the keys of the records of published objects not yet
+// retired.
 type storeRedo struct {
 	mu       sync.Mutex
-	ids      []cas.ID
+	keys     []string
 	bytes    int
 	retiring bool
 }
 
-func storeRedoKey(id cas.ID) []byte { return []byte(prefixStoreRedo + id.String()) }
+// sealRedo is one seal's Deferral and the nonce of its records.
+type sealRedo struct {
+	*cas.Deferral
+	nonce string
+}
+
+func (s *sealRedo) key(id cas.ID) []byte {
+	return []byte(prefixStoreRedo + id.String() + "/" + s.nonce)
+}
 
 // sealDeferral returns ctx carrying a fresh Deferral for a seal's batches,
 // or ctx and nil when the journal and the store do not share a flush.
-func (f *Fabric) sealDeferral(ctx context.Context) (context.Context, *cas.Deferral) {
+func (f *Fabric) sealDeferral(ctx context.Context) (context.Context, *sealRedo) {
 	if f.redo == nil {
 		return ctx, nil
 	}
-	d := &cas.Deferral{}
-	return cas.WithDeferral(ctx, d), d
+	d := &sealRedo{Deferral: &cas.Deferral{}, nonce: strconv.FormatUint(rand.Uint64(), 16)}
+	return cas.WithDeferral(ctx, d.Deferral), d
 }
 
 // putStoreRedo writes d's records in tx (point 2).
-func putStoreRedo(tx journal.Tx, d *cas.Deferral) error {
+func putStoreRedo(tx journal.Tx, d *sealRedo) error {
 	if d == nil {
 		return nil
 	}
 	for _, o := range d.Objects() {
-		if err := tx.Put(storeRedoKey(o.ID), o.Data); err != nil {
+		if err := tx.Put(d.key(o.ID), o.Data); err != nil {
 			return fmt.Errorf("redo record of %s: %w", o.ID, err)
 		}
 	}
@@ -102,7 +117,7 @@ func putStoreRedo(tx journal.Tx, d *cas.Deferral) error {
 // settleDeferral ends d once the seal's transaction has committed or
 // failed: it publishes d's objects if their records are in the journal
 // (point 3), drops them if not.
-func (f *Fabric) settleDeferral(ctx context.Context, d *cas.Deferral) {
+func (f *Fabric) settleDeferral(ctx context.Context, d *sealRedo) {
 	if d == nil {
 		return
 	}
@@ -115,7 +130,7 @@ func (f *Fabric) settleDeferral(ctx context.Context, d *cas.Deferral) {
 	recorded := true
 	err := f.journal.View(ctx, func(r journal.Reader) error {
 		for _, o := range objs {
-			if _, err := r.Get(storeRedoKey(o.ID)); errors.Is(err, journal.ErrNotFound) {
+			if _, err := r.Get(d.key(o.ID)); errors.Is(err, journal.ErrNotFound) {
 				recorded = false
 				return nil
 			} else if err != nil {
@@ -139,7 +154,7 @@ func (f *Fabric) settleDeferral(ctx context.Context, d *cas.Deferral) {
 		f.log.Error("seal: publishing the objects failed: storing them durably", "err", err)
 		f.redoObjects(objs)
 	}
-	f.noteStoreRedo(objs)
+	f.noteStoreRedo(d, objs)
 }
 
 // redoObjects stores objs durably one by one; what fails stays in its
@@ -154,11 +169,11 @@ func (f *Fabric) redoObjects(objs []cas.DeferredObject) {
 
 // noteStoreRedo queues the records of published objs for retirement and
 // starts it once they pass storeRedoRetireBytes.
-func (f *Fabric) noteStoreRedo(objs []cas.DeferredObject) {
+func (f *Fabric) noteStoreRedo(d *sealRedo, objs []cas.DeferredObject) {
 	r := f.redo
 	r.mu.Lock()
 	for _, o := range objs {
-		r.ids = append(r.ids, o.ID)
+		r.keys = append(r.keys, string(d.key(o.ID)))
 		r.bytes += len(o.Data)
 	}
 	start := r.bytes >= storeRedoRetireBytes && !r.retiring
@@ -180,39 +195,39 @@ func (f *Fabric) noteStoreRedo(objs []cas.DeferredObject) {
 func (f *Fabric) retireStoreRedo(ctx context.Context) error {
 	r := f.redo
 	r.mu.Lock()
-	ids, n := r.ids, r.bytes
-	r.ids, r.bytes = nil, 0
+	keys, n := r.keys, r.bytes
+	r.keys, r.bytes = nil, 0
 	r.mu.Unlock()
-	err := f.retireRecords(ctx, ids)
+	err := f.retireRecords(ctx, keys)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.retiring = false
 	if err != nil {
-		r.ids, r.bytes = append(ids, r.ids...), r.bytes+n
+		r.keys, r.bytes = append(keys, r.keys...), r.bytes+n
 	}
 	return err
 }
 
-func (f *Fabric) retireRecords(ctx context.Context, ids []cas.ID) error {
-	if len(ids) == 0 {
+func (f *Fabric) retireRecords(ctx context.Context, keys []string) error {
+	if len(keys) == 0 {
 		return nil
 	}
 	if err := f.local.Sync(); err != nil {
 		return err
 	}
-	return deleteStoreRedo(ctx, f.journal, ids)
+	return deleteStoreRedo(ctx, f.journal, keys)
 }
 
-// deleteStoreRedo deletes the records of ids, a bounded number per
+// deleteStoreRedo deletes the records under keys, a bounded number per
 // transaction.
-func deleteStoreRedo(ctx context.Context, j journal.Store, ids []cas.ID) error {
-	for len(ids) > 0 {
-		n := min(len(ids), 1024)
-		chunk := ids[:n]
-		ids = ids[n:]
+func deleteStoreRedo(ctx context.Context, j journal.Store, keys []string) error {
+	for len(keys) > 0 {
+		n := min(len(keys), 1024)
+		chunk := keys[:n]
+		keys = keys[n:]
 		if err := j.Update(ctx, func(tx journal.Tx) error {
-			for _, id := range chunk {
-				if err := tx.Delete(storeRedoKey(id)); err != nil {
+			for _, k := range chunk {
+				if err := tx.Delete([]byte(k)); err != nil {
 					return err
 				}
 			}
@@ -228,30 +243,31 @@ func deleteStoreRedo(ctx context.Context, j journal.Store, ids []cas.ID) error {
 // and durable, then the records deleted. Open calls it before anything
 // reads the store.
 func (f *Fabric) replayStoreRedo(ctx context.Context) error {
-	var ids []cas.ID
+	var keys []string
 	err := f.journal.View(ctx, func(r journal.Reader) error {
 		return journal.ScanPrefix(r, []byte(prefixStoreRedo), func(k, v []byte) error {
-			id, err := cas.ParseID(string(k[len(prefixStoreRedo):]))
+			name, _, _ := strings.Cut(string(k[len(prefixStoreRedo):]), "/")
+			id, err := cas.ParseID(name)
 			if err != nil {
 				return fmt.Errorf("redo record %q: %w", k, journal.ErrCorrupt)
 			}
 			if err := f.local.Redo(id, v); err != nil {
 				return err
 			}
-			ids = append(ids, id)
+			keys = append(keys, string(k))
 			return nil
 		})
 	})
 	if err != nil {
 		return fmt.Errorf("replay redo records: %w", err)
 	}
-	if len(ids) > 0 {
-		f.log.Info("replayed the redo records of sealed objects", "objects", len(ids))
+	if len(keys) > 0 {
+		f.log.Info("replayed the redo records of sealed objects", "objects", len(keys))
 	}
 	if err := failpoint.Inject(fpRedoReplayed); err != nil {
 		return err
 	}
-	return deleteStoreRedo(ctx, f.journal, ids)
+	return deleteStoreRedo(ctx, f.journal, keys)
 }
 
 // Crash boundary of Open's replay: every record replayed, none deleted.

@@ -29,7 +29,8 @@ func storeRedoRecords(t *testing.T, f *Fabric) map[cas.ID][]byte {
 	out := map[cas.ID][]byte{}
 	if err := f.journal.View(context.Background(), func(r journal.Reader) error {
 		return journal.ScanPrefix(r, []byte(prefixStoreRedo), func(k, v []byte) error {
-			id, err := cas.ParseID(strings.TrimPrefix(string(k), prefixStoreRedo))
+			name, _, _ := strings.Cut(strings.TrimPrefix(string(k), prefixStoreRedo), "/")
+			id, err := cas.ParseID(name)
 			if err != nil {
 				return err
 			}
@@ -122,7 +123,7 @@ func TestOpenReplaysSealRedoRecords(t *testing.T) {
 	}
 	// Close without the retirement, as a crash would.
 	f.redo.mu.Lock()
-	f.redo.ids, f.redo.bytes = nil, 0
+	f.redo.keys, f.redo.bytes = nil, 0
 	f.redo.mu.Unlock()
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
@@ -175,7 +176,7 @@ func TestFailedSealCommitPublishesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Commit(cas.WithDeferral(ctx, d)); err != nil {
+	if err := b.Commit(cas.WithDeferral(ctx, d.Deferral)); err != nil {
 		t.Fatal(err)
 	}
 	if len(d.Objects()) != 1 {

@@ -30,7 +30,7 @@ import (
 //	idx/lease-expiry/<16 hex ns>/<lease_id>       live leases by expiry
 //	idx/idem-expiry/<16 hex ns>/<idempotency key> idempotency entries that expire
 //	front/<door>/<id>                             a front door's own record (fabric/frontdoor.go)
-//	store-redo/<object id>                        a sealed object's bytes until the store flushes it (fabric/storeredo.go)
+//	store-redo/<object id>/<nonce>                a sealed object's bytes until the store flushes it (fabric/storeredo.go)
 //
 // Ids are time-ordered (see NewID), so each index lists in creation order.
 // Keys under ReservedPrefix belong to the Store implementation.
