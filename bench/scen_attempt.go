@@ -229,7 +229,7 @@ func benchSeal(ctx context.Context, e *Env) error {
 	path := d.Ops.Path("suspend")
 	e.Add(Row{Name: "seal one 4 KiB change, root of 100 files", Value: s100.P50, Unit: "ms", P90: s100.P90, N: s100.N, Samples: s100.Values,
 		Baseline: "fdatasync", BaselineValue: fs.P50, Targets: []Target{AtMost(5), RatioAtMost(3)}, Path: path,
-		Note: "suspend with no executor, release included (what esfctl suspend waits for): a CAS batch (one fdatasync of the store's redo log) and one journal commit (one fdatasync); the file is p000/d00/f00.txt, three trees deep"})
+		Note: "suspend with no executor, release included (what esfctl suspend waits for): one flush: the new objects' bytes ride in the seal's journal commit (one fdatasync of pebble's WAL), and are linked into the store unflushed (fabric/storeredo.go); the file is p000/d00/f00.txt, three trees deep"})
 	e.Add(Row{Name: fmt.Sprintf("seal one 4 KiB change, root of %s files", fmtCount(n)), Value: sN.P50, Unit: "ms", P90: sN.P90, N: sN.N, Samples: sN.Values,
 		Baseline: "seal, root of 100 files", BaselineValue: s100.P50, Targets: []Target{AtMost(5), RatioAtMost(1.5)}, Path: path})
 	e.Add(Row{Name: fmt.Sprintf("seal --keep-running, root of %s files", fmtCount(n)), Value: kr.P50, Unit: "ms", P90: kr.P90, N: kr.N, Samples: kr.Values,

@@ -167,7 +167,7 @@ func benchBreakdown(ctx context.Context, e *Env) error {
 		Note: "one pebble batch committed with Sync: a WAL write and an fdatasync"})
 	e.Add(Row{Name: "part: CAS batch of 4 new 4 KiB objects", Value: s[3].P50, Unit: "ms", P90: s[3].P90, N: s[3].N, Samples: s[3].Values,
 		Baseline: "4 Puts", BaselineValue: s[4].P50, Path: "fabric",
-		Note: "the objects of a one-file seal; a batch this small is made durable by one fdatasync of the store's redo log (a larger one by a syncfs(2), which also writes back every other dirty page of the file system); a Put fsyncs its file and directory"})
+		Note: "the objects of a one-file seal as the store alone commits them (a seal with the pebble journal has its journal commit carry them instead): a batch this small is made durable by one fdatasync of the store's redo log (a larger one by a syncfs(2), which also writes back every other dirty page of the file system); a Put fsyncs its file and directory"})
 	e.Add(Row{Name: "part: CAS batch of 4 new 4 KiB objects, file by file", Value: s[8].P50, Unit: "ms", P90: s[8].P90, N: s[8].N, Samples: s[8].Values,
 		Baseline: "with the redo log (the default)", BaselineValue: s[3].P50, Path: "fabric",
 		Note: "local.Options{SmallBatch: 16}: fsync of each temp file, then of each fan-out directory, in parallel; immune to other writers' dirty pages, but every fsync ends with its own flush of the device cache"})

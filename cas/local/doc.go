@@ -66,6 +66,16 @@
 // writers' dirty pages cannot slow down but which costs a flush of the
 // disk's cache per fsync (slower on an idle file system; off by default).
 //
+// A small batch committed with a cas.Deferral in its context (a seal with
+// the embedded journal, see fabric/storeredo.go) does not even append to
+// the log: it hands its objects' ids and bytes to the Deferral and
+// publishes nothing; the caller commits them in its own journal
+// transaction (one flush for both), then Publish links them in unflushed,
+// as after the log's fdatasync. The caller replays its records with Redo
+// (this log's own replay) before anything reads the store, and drops them
+// after Sync (one syncfs). Until Publish, nothing of such a batch is
+// under objects/, so an object there is either flushed or recorded.
+//
 // A batch can also adopt a file (cas.Adopter, adopt.go): hash it, make it
 // read-only and hard-link it by descriptor as the object's tmp/pub- file,
 // after which it is published exactly as a written one (Commit's syncfs
