@@ -125,9 +125,11 @@ func (c *countingStore) Delete(ctx context.Context, id cas.ID) error {
 // plain Puts when it has none), counting what a batch created once it is
 // committed, since only then is it stored.
 //
-// One inexactness is accepted: a batch and a concurrent writer outside it
-// that store the same new object may both report it created and both
-// count it. The tally is for display; a restart recounts.
+// Two inexactnesses are accepted: a batch and a concurrent writer outside
+// it that store the same new object may both report it created and both
+// count it; and a seal's batch handed to a cas.Deferral is counted at its
+// Commit, before the seal's transaction decides whether it is published.
+// The tally is for display; a restart recounts.
 func (c *countingStore) NewBatch() cas.Batch {
 	return &countingBatch{c: c, b: cas.NewBatch(c.Store)}
 }
