@@ -23,6 +23,9 @@ type snapshot struct {
 	counters map[string]uint64
 	index    map[string]bool // every idx/ key
 	events   []journal.Event
+	// storeRedo holds the object ids of the seals' redo records
+	// (store-redo/, fabric/storeredo.go).
+	storeRedo map[string]bool
 }
 
 // readJournal reads the pebble journal of state (through a copy in
@@ -37,7 +40,7 @@ func readStore(s journal.Store) (*snapshot, error) {
 		groups: map[string]journal.Group{}, nodes: map[string]journal.Node{}, attempts: map[string]journal.Attempt{},
 		runtimes: map[string]journal.AttemptRuntime{}, evals: map[string]journal.Evaluation{},
 		leases: map[string]journal.Lease{}, idem: map[string]journal.IdempotencyEntry{},
-		counters: map[string]uint64{}, index: map[string]bool{},
+		counters: map[string]uint64{}, index: map[string]bool{}, storeRedo: map[string]bool{},
 	}
 	err := s.View(context.Background(), func(r journal.Reader) error {
 		// Records are read through the journal's own getters, which decode
@@ -75,6 +78,13 @@ func readStore(s journal.Store) (*snapshot, error) {
 		}
 		if err := journal.ScanPrefix(r, []byte("idx/"), func(k, _ []byte) error {
 			snap.index[string(k)] = true
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := journal.ScanPrefix(r, []byte(storeRedoPrefix), func(k, _ []byte) error {
+			id, _, _ := strings.Cut(strings.TrimPrefix(string(k), storeRedoPrefix), "/")
+			snap.storeRedo[id] = true
 			return nil
 		}); err != nil {
 			return err

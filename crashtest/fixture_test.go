@@ -53,7 +53,15 @@ func writeFixture(dir string) error {
 // must capture: new, modified, deleted and renamed files, a replaced
 // directory (rm -rf d && mkdir d), chmod only, a retargeted symlink, a new
 // hard link and an xattr. tag makes the content differ between cases.
-func writeChanges(root, tag string) error {
+func writeChanges(root, tag string) error { return writeChangesOf(root, tag, false) }
+
+// writeSmallChanges makes every change of writeChanges but the large file:
+// a seal whose new objects all fit one small batch (at most
+// cas.DeferMaxObjects objects and cas.DeferMaxBytes bytes), which rides
+// in the seal's journal commit (fabric/storeredo.go).
+func writeSmallChanges(root, tag string) error { return writeChangesOf(root, tag, true) }
+
+func writeChangesOf(root, tag string, small bool) error {
 	p := func(name string) string { return filepath.Join(root, name) }
 	steps := []func() error{
 		func() error { return os.WriteFile(p("new.txt"), []byte("new in "+tag+"\n"), 0o640) },
@@ -78,6 +86,9 @@ func writeChanges(root, tag string) error {
 			// commit must give the delta its own file back.
 			return os.WriteFile(p("dir/large.bin"), bytes.Repeat([]byte(tag+"\n"), 3<<20/(len(tag)+1)), 0o640)
 		},
+	}
+	if small {
+		steps = steps[:len(steps)-1]
 	}
 	for i, step := range steps {
 		if err := step(); err != nil {

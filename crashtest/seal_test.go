@@ -3,8 +3,10 @@ package crashtest
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,7 +43,18 @@ func sealSpecs() []*opSpec {
 		suspendSpec("suspend-child", false, false),
 		suspendSpec("suspend-draft", true, false),
 		suspendSpec("suspend-keep-running", false, true),
+		smallSuspendSpec("suspend-small", false),
+		smallSuspendSpec("suspend-small-keep-running", true),
 	}
+}
+
+// smallSuspendSpec is suspendSpec on a child with small changes only: the
+// one-flush seal, whose objects only their redo records in the journal make
+// durable until the store is flushed (loseUnflushedSealObjects).
+func smallSuspendSpec(name string, keepRunning bool) *opSpec {
+	s := suspendSpec(name, false, keepRunning)
+	s.write = writeSmallChanges
+	return s
 }
 
 // suspendSpec seals an attempt on a sealed node (a new child) or on a
@@ -53,12 +66,12 @@ func suspendSpec(name string, draft, keepRunning bool) *opSpec {
 		}
 		return c.g.A1
 	}
-	return &opSpec{
-		name: name, op: fabric.OpSuspend,
+	spec := &opSpec{
+		name: name, op: fabric.OpSuspend, afterCrash: loseUnflushedSealObjects, write: writeChanges,
 		prepare: func(c *caseRun) {
 			var a fabric.AttemptView
 			c.mustDo("/v1/activate", fabric.ActivateRequest{NodeID: node(c)}, &a)
-			if err := writeChanges(a.Root, c.key); err != nil {
+			if err := c.spec.write(a.Root, c.key); err != nil {
 				c.t.Fatal(err)
 			}
 			saw, err := manifest(a.Root)
@@ -173,6 +186,7 @@ func suspendSpec(name string, draft, keepRunning bool) *opSpec {
 			}
 		},
 	}
+	return spec
 }
 
 // checkExport exports a sealed root and compares it with what the attempt
@@ -212,5 +226,62 @@ func checkReleased(c *caseRun, a fabric.AttemptView) {
 	}
 	if _, ok := mountedAt(c.pre["root"]); ok {
 		c.t.Errorf("released attempt %s is still mounted at %s", a.AttemptID, c.pre["root"])
+	}
+}
+
+// storeRedoPrefix is the journal prefix of the seals' redo records
+// (fabric/storeredo.go).
+const storeRedoPrefix = "store-redo/"
+
+// loseUnflushedSealObjects does to the store what a machine crash may do
+// to the objects of a one-flush seal, which only their redo records in
+// the journal made durable (fabric/storeredo.go) and a SIGKILL leaves
+// whole in the page cache: each recorded object loses its link (and its
+// redo name under tmp/) or its bytes. Then, with records left, esfd is
+// started with a crash armed in Open's replay (every object rewritten,
+// no record deleted yet) and must die there; the restart that follows
+// must replay them again. The export of the sealed root after the
+// restart (recovered, replayed) proves the objects came back.
+func loseUnflushedSealObjects(c *caseRun, crash *snapshot) {
+	t := c.t
+	if len(crash.storeRedo) == 0 {
+		return
+	}
+	store := filepath.Join(c.state, "cas")
+	tmp, err := os.ReadDir(filepath.Join(store, "tmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, lost := 0, 0
+	for id := range crash.storeRedo {
+		for _, e := range tmp {
+			if strings.HasPrefix(e.Name(), "pub-"+id) {
+				if err := os.Remove(filepath.Join(store, "tmp", e.Name())); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		p := filepath.Join(store, "objects", id[:2], id[2:])
+		if _, err := os.Lstat(p); err != nil {
+			continue // never linked: the crash came before the publication
+		}
+		if i++; i%2 == 1 {
+			err = os.Remove(p)
+		} else {
+			err = os.WriteFile(p, []byte("bytes a machine crash lost"), 0o444)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		lost++
+	}
+	t.Logf("%d redo records: %d published objects lost or damaged, tmp/pub- names removed; next start killed in the replay", len(crash.storeRedo), lost)
+	d, err := startDaemon(c.state, c.socket, "esfd.open.after-redo-replay=crash@1", c.mode.args(c.prefix))
+	if err == nil {
+		d.kill()
+		t.Fatalf("esfd started with %d redo records past a crash armed in their replay", len(crash.storeRedo))
+	}
+	if !strings.Contains(err.Error(), "signal: killed") {
+		t.Fatalf("esfd with a crash armed in the redo replay: %v, want killed", err)
 	}
 }
