@@ -369,7 +369,6 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 		// Before anything reads the store (the tally's scan, the
 		// projection, any operation).
 		if err := f.replayStoreRedo(ctx); err != nil {
-			f.journal.Close()
 			return fail(fmt.Errorf("open state %s: %w", stateDir, err))
 		}
 		if opts.Remote == nil {
