@@ -67,6 +67,9 @@ type Counters struct {
 	// Reads counts reads served by this process: zero for files the kernel
 	// reads through passthrough.
 	Reads atomic.Int64
+	// Opendirs counts OPENDIR requests. A kernel that can open directories
+	// without the server (handlelessDirs) sends one per mount.
+	Opendirs atomic.Int64
 }
 
 // FS is the projection: the root of the mount.
@@ -75,6 +78,10 @@ type FS struct {
 	opts     Options
 	paths    PathStore // nil when the store cannot name files
 	Counters Counters
+
+	// handleless is set once the kernel opens directories without the
+	// server (handlelessDirs).
+	handleless atomic.Bool
 
 	mu           sync.Mutex
 	verified     map[cas.ID]fileKey // the blob file as last hashed good

@@ -18,7 +18,7 @@ import (
 // attempt's overlay on top has its own mount flags).
 func Mount(dir string, f *FS) (*fuse.Server, error) {
 	timeout := f.opts.Timeout
-	srv, err := fs.Mount(dir, f, &fs.Options{
+	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName:        "esf",
 			Name:          "esf",
@@ -50,10 +50,14 @@ func Mount(dir string, f *FS) (*fuse.Server, error) {
 		NegativeTimeout: &timeout,
 		// Inode numbers come from the tree (inoFor), never from go-fuse.
 		FirstAutomaticIno: 1 << 63,
-	})
+	}
+	// fs.Mount, with the bridge behind handlelessDirs.
+	raw := &handlelessDirs{RawFileSystem: fs.NewNodeFS(f, opts), fsys: f}
+	srv, err := fuse.NewServer(raw, dir, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount projection at %s: %w", dir, err)
 	}
+	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
 		return nil, fmt.Errorf("mount projection at %s: %w", dir, err)

@@ -165,12 +165,16 @@ func (d *dirNode) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, u
 
 // listingHandle serves an open directory from its tree, entry by entry,
 // and counts, in Counters.Readdirs, the listings the kernel actually asked
-// for. Offsets are positions in the tree (1 after the first entry).
+// for (those read from the start: a listing spans several requests, and
+// without OPENDIR each request has a handle of its own, see
+// handlelessDirs). Offsets are positions in the tree (1 after the first
+// entry).
 type listingHandle struct {
-	d       *dirNode
-	mu      sync.Mutex
-	next    int
-	counted bool
+	d    *dirNode
+	mu   sync.Mutex
+	next int
+	// started is set once this handle's position leaves 0 by reading.
+	started bool
 }
 
 var (
@@ -181,8 +185,8 @@ var (
 func (h *listingHandle) Readdirent(context.Context) (*fuse.DirEntry, syscall.Errno) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.counted {
-		h.counted = true
+	if h.next == 0 && !h.started {
+		h.started = true
 		h.d.fsys.Counters.Readdirs.Add(1)
 	}
 	if h.next >= h.d.tree.Len() {
@@ -201,6 +205,7 @@ func (h *listingHandle) Seekdir(_ context.Context, off uint64) syscall.Errno {
 		return syscall.EINVAL
 	}
 	h.next = int(off)
+	h.started = false // rewinddir: a new listing
 	return 0
 }
 
