@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/internal/testenv"
 )
 
 // buildDirs writes a tree of dirs directories holding per files each and
@@ -110,6 +111,51 @@ func TestWarmWalkSendsNoOpendir(t *testing.T) {
 	// Every directory was listed once, by the first walk.
 	if n, dirs := after.Readdirs, int64(2*20+1); n != dirs {
 		t.Errorf("%d listings made, want %d (one per directory)", n, dirs)
+	}
+}
+
+// The same through an overlay on the projection, as an attempt root is,
+// with a change in its upper layer (so some directories are merged).
+func TestWarmWalkThroughOverlaySendsNothing(t *testing.T) {
+	st := newCountingStore()
+	root, want := buildDirs(t, st, 10, 100, false)
+	f, lower := mount(t, st, root)
+	dir := t.TempDir()
+	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount("overlay", merged, "overlay", 0, "lowerdir="+lower+",upperdir="+upper+",workdir="+work); err != nil {
+		testenv.Require(t, "overlay") // skips, or fails in CI
+		t.Fatalf("overlay mount: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(merged, 0); err != nil {
+			t.Errorf("unmount overlay: %v", err)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(merged, "d03", "sub", "new"), []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, "d03/sub/new")
+	slices.Sort(want)
+	for round := range 2 {
+		if got := walk(t, merged); !slices.Equal(got, want) {
+			t.Fatalf("walk %d: %d paths, want %d", round, len(got), len(want))
+		}
+	}
+	kernelHasNoOpendir(t, f)
+	before, opendirs := f.Counters.Snapshot(), f.Counters.Opendirs.Load()
+	if got := walk(t, merged); !slices.Equal(got, want) {
+		t.Fatalf("warm walk: %d paths, want %d", len(got), len(want))
+	}
+	if after := f.Counters.Snapshot(); after != before {
+		t.Errorf("the warm walk reached the server: %+v before, %+v after", before, after)
+	}
+	if n := f.Counters.Opendirs.Load(); n != opendirs || n != 1 {
+		t.Errorf("%d OPENDIRs (%d by the warm walk), want the one answered ENOSYS", n, n-opendirs)
 	}
 }
 
