@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/cas"
@@ -335,5 +336,93 @@ func TestHandlelessSeekdir(t *testing.T) {
 	}
 	if n := f.Counters.Opendirs.Load(); n != 1 {
 		t.Errorf("%d OPENDIRs, want 1", n)
+	}
+}
+
+// fakeRaw records what handlelessDirs asks of the bridge.
+type fakeRaw struct {
+	fuse.RawFileSystem // nil: any other call panics
+	opens, releases    []uint64
+	reads              []fuse.ReadIn
+	openErr, readErr   fuse.Status
+	nextFh             uint64
+}
+
+func (r *fakeRaw) OpenDir(_ <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if r.openErr != fuse.OK {
+		return r.openErr
+	}
+	r.nextFh++
+	out.Fh = r.nextFh
+	r.opens = append(r.opens, in.NodeId)
+	return fuse.OK
+}
+
+func (r *fakeRaw) ReleaseDir(in *fuse.ReleaseIn) { r.releases = append(r.releases, in.Fh) }
+
+func (r *fakeRaw) ReadDir(_ <-chan struct{}, in *fuse.ReadIn, _ *fuse.DirEntryList) fuse.Status {
+	r.reads = append(r.reads, *in)
+	return r.readErr
+}
+
+func (r *fakeRaw) ReadDirPlus(c <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	return r.ReadDir(c, in, out)
+}
+
+// Each READDIR(PLUS) with handle 0 opens one bridge handle, reads through
+// it at the kernel's offset and releases it, whatever fails; requests with
+// a handle, and OPENDIR on a kernel without the flag, reach the bridge as
+// they came.
+func TestHandlelessDirsPairsOpensAndReleases(t *testing.T) {
+	f, err := New(Options{Store: newCountingStore()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := &fakeRaw{}
+	w := &handlelessDirs{RawFileSystem: raw, fsys: f}
+	var oo fuse.OpenOut
+	if st := w.OpenDir(nil, &fuse.OpenIn{InHeader: fuse.InHeader{NodeId: 5}}, &oo); st != fuse.OK || len(raw.opens) != 1 {
+		t.Fatalf("without the kernel's flag OPENDIR answered %v and reached the bridge %d times", st, len(raw.opens))
+	}
+	raw.opens, raw.nextFh = nil, 0
+	w.noOpendir.Store(true)
+	if st := w.OpenDir(nil, &fuse.OpenIn{InHeader: fuse.InHeader{NodeId: 5}}, &oo); st != fuse.ENOSYS || len(raw.opens) != 0 {
+		t.Fatalf("with the flag OPENDIR answered %v and reached the bridge %d times", st, len(raw.opens))
+	}
+	if n := f.Counters.Opendirs.Load(); n != 2 {
+		t.Errorf("Opendirs = %d, want 2", n)
+	}
+	in := func(fh, off uint64) *fuse.ReadIn {
+		return &fuse.ReadIn{InHeader: fuse.InHeader{NodeId: 9}, Fh: fh, Offset: off, Size: 4096}
+	}
+	list := fuse.NewDirEntryList(make([]byte, 4096), 0)
+	if st := w.ReadDir(nil, in(0, 37), list); st != fuse.OK {
+		t.Fatal(st)
+	}
+	if st := w.ReadDirPlus(nil, in(0, 0), list); st != fuse.OK {
+		t.Fatal(st)
+	}
+	raw.readErr = fuse.EIO
+	if st := w.ReadDir(nil, in(0, 5), list); st != fuse.EIO {
+		t.Errorf("a failed read answered %v", st)
+	}
+	raw.readErr = fuse.OK
+	raw.openErr = fuse.ENOENT
+	if st := w.ReadDirPlus(nil, in(0, 5), list); st != fuse.ENOENT {
+		t.Errorf("a failed open answered %v", st)
+	}
+	raw.openErr = fuse.OK
+	if st := w.ReadDir(nil, in(42, 3), list); st != fuse.OK {
+		t.Fatal(st)
+	}
+	if !slices.Equal(raw.opens, []uint64{9, 9, 9}) || !slices.Equal(raw.releases, []uint64{1, 2, 3}) {
+		t.Errorf("opened for nodes %v, released handles %v: want three of each, paired", raw.opens, raw.releases)
+	}
+	var got [][2]uint64
+	for _, r := range raw.reads {
+		got = append(got, [2]uint64{r.Fh, r.Offset})
+	}
+	if want := [][2]uint64{{1, 37}, {2, 0}, {3, 5}, {42, 3}}; !slices.Equal(got, want) {
+		t.Errorf("reads (handle, offset) %v, want %v", got, want)
 	}
 }
