@@ -326,7 +326,7 @@ func (x *dirExporter) file(dirfd int, e *cas.Entry, rel string) (err error) {
 		if len(e.Holes) > 0 {
 			w = &sparseWriter{fd: fd, holes: e.Holes}
 		}
-		if n, err = copyBlob(x.ctx, x.g, e, w, x.buf, x.opts.Progress); err != nil {
+		if n, err = copyBlob(x.ctx, x.g, e, w, x.buf, &x.opts); err != nil {
 			return err
 		}
 	}

@@ -85,7 +85,10 @@
 //
 // Content is streamed through one reusable buffer per export; a blob that
 // does not match its id (the Getter's reader ends in cas.ErrCorrupt) or its
-// entry's size fails the export with ErrCorrupt. The exception is
+// entry's size fails the export with ErrCorrupt. With Options.ReadSmall
+// (cas/local.ReadSmall) a blob smaller than the buffer is read whole and
+// hashed before any of it is written, which fails the same way. The
+// exception is
 // Options.VerifiedFile: a dense file of at least 1 MiB whose blob the store
 // has already verified and not seen change since (cas/local.OpenVerified)
 // is copied by ToDir from the store's raw file in the kernel

@@ -161,7 +161,7 @@ func (x *tarExporter) leaf(e *cas.Entry, rel string) error {
 		if err := x.write(h); err != nil {
 			return err
 		}
-		n, err := copyBlob(x.ctx, x.g, e, x.tw, x.buf, x.opts.Progress)
+		n, err := copyBlob(x.ctx, x.g, e, x.tw, x.buf, &x.opts)
 		if err != nil {
 			return err
 		}

@@ -284,3 +284,31 @@ func TestFsckAndCorruptExport(t *testing.T) {
 		t.Fatalf("tar export of corrupt content: %v, want corrupt", err)
 	}
 }
+
+// TestCorruptSmallExport: a small blob (read whole by the store's
+// ReadSmall, not streamed) whose file was altered fails both exports with
+// the stable corrupt error, and no tar member carries it.
+func TestCorruptSmallExport(t *testing.T) {
+	ctx := context.Background()
+	f := openTest(t, t.TempDir())
+	src := filepath.Join(t.TempDir(), "src")
+	writeFixture(t, src)
+	res, err := f.Import(ctx, ImportSource{Path: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := []byte("#!/bin/sh\necho hi\n")
+	flipByte(t, f, cas.Sum(script))
+	if _, _, err := f.ExportDir(ctx, res.Root.String(), filepath.Join(t.TempDir(), "out")); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("export of a corrupt small file: %v, want corrupt", err)
+	}
+	var buf bytes.Buffer
+	if _, _, err := f.ExportTar(ctx, res.Root.String(), &buf); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("tar export of a corrupt small file: %v, want corrupt", err)
+	}
+	bad := bytes.Clone(script)
+	bad[10] ^= 0x40
+	if bytes.Contains(buf.Bytes(), bad) || bytes.Contains(buf.Bytes(), script) {
+		t.Fatal("the failed tar holds the script's content")
+	}
+}

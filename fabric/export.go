@@ -30,6 +30,11 @@ func (f *Fabric) exportOptions(opts []ExportOptions) export.Options {
 	if f.local != nil {
 		// Large blobs this process has verified are copied in the kernel.
 		o.VerifiedFile = f.local.OpenVerified
+		if f.tier == nil {
+			// Small blobs are read whole and hashed in memory. Not in front
+			// of a remote: the tier's Get also keeps its cache's order.
+			o.ReadSmall = f.local.ReadSmall
+		}
 	}
 	for _, x := range opts {
 		o.PreservePrivileged = o.PreservePrivileged || x.PreservePrivileged
