@@ -45,6 +45,7 @@ func toTar(ctx context.Context, g cas.Getter, root cas.ID, w io.Writer, opts Opt
 		g:        g,
 		opts:     opts,
 		readTree: read,
+		bw:       bw,
 		tw:       tar.NewWriter(bw),
 		buf:      make([]byte, bufSize),
 		links:    map[string]tarFirst{},
@@ -68,7 +69,9 @@ type tarExporter struct {
 	g        cas.Getter
 	opts     Options
 	readTree treeReader
+	bw       *bufio.Writer
 	tw       *tar.Writer
+	hdr      []byte // appendHeader's output, reused
 	buf      []byte
 	stats    Stats
 	links    map[string]tarFirst
@@ -158,12 +161,24 @@ func (x *tarExporter) leaf(e *cas.Entry, rel string) error {
 	case cas.TypeFile:
 		h := x.header(tar.TypeReg, name, rel, &e.Attr, true)
 		h.Size = e.Size
-		if err := x.write(h); err != nil {
-			return err
-		}
-		n, err := copyBlob(x.ctx, x.g, e, x.tw, x.buf, &x.opts)
+		raw, err := x.writeHeader(h)
 		if err != nil {
 			return err
+		}
+		var w io.Writer = x.tw
+		if raw {
+			// The tar.Writer did not see this header: the member's data
+			// and padding go around it too.
+			w = x.bw
+		}
+		n, err := copyBlob(x.ctx, x.g, e, w, x.buf, &x.opts)
+		if err != nil {
+			return err
+		}
+		if raw {
+			if _, err := x.bw.Write(zeroBlock[:padding(n)]); err != nil {
+				return err
+			}
 		}
 		x.stats.Files++
 		x.stats.Bytes += n
@@ -232,16 +247,34 @@ func (x *tarExporter) header(typ byte, name, rel string, a *cas.Attr, xattrs boo
 }
 
 func (x *tarExporter) write(h *tar.Header) error {
+	_, err := x.writeHeader(h)
+	return err
+}
+
+// writeHeader writes h, itself when it can (appendHeader; then raw is true
+// and the caller writes the member's data and padding to x.bw), else
+// through the tar.Writer.
+func (x *tarExporter) writeHeader(h *tar.Header) (raw bool, err error) {
+	if fastHeader(h) {
+		// What the tar.Writer holds back (the last member's padding) goes
+		// first.
+		if err := x.tw.Flush(); err != nil {
+			return false, fmt.Errorf("tar header: %w", err)
+		}
+		x.hdr = appendHeader(x.hdr[:0], h)
+		_, err := x.bw.Write(x.hdr)
+		return true, err
+	}
 	for k := range h.PAXRecords {
 		// A PAX key cannot hold '='; Linux allows it in xattr names.
 		if strings.IndexByte(k, '=') >= 0 {
-			return fmt.Errorf("xattr %q cannot be written to a tar: %w", strings.TrimPrefix(k, paxXattr), ErrUnsupported)
+			return false, fmt.Errorf("xattr %q cannot be written to a tar: %w", strings.TrimPrefix(k, paxXattr), ErrUnsupported)
 		}
 	}
 	if err := x.tw.WriteHeader(h); err != nil {
-		return fmt.Errorf("tar header: %w", err)
+		return false, fmt.Errorf("tar header: %w", err)
 	}
-	return nil
+	return false, nil
 }
 
 // WriteTarFile writes root as a tar to path, compressed by its suffix:
