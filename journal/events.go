@@ -53,6 +53,14 @@ const (
 // Validate checks the fields a store requires before appending ev; a
 // violation wraps ErrInvalidArgument.
 func (ev *Event) Validate() error {
+	if ev.ok() {
+		return nil
+	}
+	return ev.explain()
+}
+
+// explain is Validate's error: which field is wrong (see valid.go).
+func (ev *Event) explain() error {
 	return firstErr(
 		checkName(ev.Type, "event type"),
 		checkOptID(KindGroup, ev.GroupID),

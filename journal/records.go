@@ -214,6 +214,14 @@ func checkGroupName(name string, emptyOK bool) error {
 
 // Validate checks n's fields; a violation wraps ErrInvalidArgument.
 func (n *Node) Validate() error {
+	if n.ok() {
+		return nil
+	}
+	return n.explain()
+}
+
+// explain is Validate's error: which field is wrong (see valid.go).
+func (n *Node) explain() error {
 	if err := firstErr(
 		CheckID(KindNode, n.NodeID),
 		CheckID(KindGroup, n.GroupID),
@@ -292,6 +300,14 @@ func (rt *AttemptRuntime) Validate() error {
 
 // Validate checks e's fields; a violation wraps ErrInvalidArgument.
 func (e *Evaluation) Validate() error {
+	if e.ok() {
+		return nil
+	}
+	return e.explain()
+}
+
+// explain is Validate's error: which field is wrong (see valid.go).
+func (e *Evaluation) explain() error {
 	if err := firstErr(
 		CheckID(KindEvaluation, e.EvaluationID),
 		CheckID(KindNode, e.NodeID),
@@ -327,6 +343,14 @@ func (l *Lease) Validate() error {
 
 // Validate checks e's fields; a violation wraps ErrInvalidArgument.
 func (e *IdempotencyEntry) Validate() error {
+	if e.ok() {
+		return nil
+	}
+	return e.explain()
+}
+
+// explain is Validate's error: which field is wrong (see valid.go).
+func (e *IdempotencyEntry) explain() error {
 	return firstErr(
 		CheckIdempotencyKey(e.Key),
 		checkName(e.Op, "idempotency key %q: op", e.Key),
