@@ -348,12 +348,14 @@ func (f *Fabric) Fork(ctx context.Context, req ForkRequest) (ForkResult, error) 
 			n := journal.Node{NodeID: id, GroupID: parent.GroupID, Parents: []string{parent.NodeID},
 				RootID: parent.RootID, LogicalState: state, Status: journal.NodeDraft, CreatedAt: tx.Now(),
 				Provenance: journal.Provenance{Op: OpFork, IdempotencyKey: ci.IdempotencyKey, TraceID: ci.TraceID}}
-			if len(out.Nodes) == 0 {
+			// One child's result is one node record, which CreateNode
+			// holds to journal.MaxValueSize, far below MaxResultSize.
+			if len(out.Nodes) == 0 && req.N > 1 {
 				if err := checkForkResult(n, req.N); err != nil {
 					return nil, err
 				}
 			}
-			if err := journal.CreateNode(tx, n); err != nil {
+			if err := journal.CreateChild(tx, n, parent); err != nil {
 				return nil, err
 			}
 			if err := event(tx, ci, n.Event(journal.EventNodeForked), map[string]string{"parent": parent.NodeID}); err != nil {

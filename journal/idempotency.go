@@ -168,12 +168,13 @@ func RecordResult(tx Tx, key, op string, request, result any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return recordResult(tx, key, op, fp, result, 0)
+	return recordResult(tx, key, op, fp, result, 0, false)
 }
 
 // recordResult records result under key; ttl > 0 lets ExpireIdempotency
-// delete the entry once ttl has passed.
-func recordResult(tx Tx, key, op, fp string, result any, ttl time.Duration) ([]byte, error) {
+// delete the entry once ttl has passed. free says this transaction already
+// found the key free (DoIdempotentFor), so it is not looked up again.
+func recordResult(tx Tx, key, op, fp string, result any, ttl time.Duration, free bool) ([]byte, error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, err
 	}
@@ -184,8 +185,10 @@ func recordResult(tx Tx, key, op, fp string, result any, ttl time.Duration) ([]b
 	if len(res) > MaxResultSize {
 		return nil, fmt.Errorf("idempotency key %q: %s result of %d bytes, limit %d (do less in one call): %w", key, op, len(res), MaxResultSize, ErrInvalidArgument)
 	}
-	if ok, err := exists(tx, idemKey(key)); err != nil || ok {
-		return nil, fmt.Errorf("idempotency key %q: %w", key, orErr(err, ErrExists))
+	if !free {
+		if ok, err := exists(tx, idemKey(key)); err != nil || ok {
+			return nil, fmt.Errorf("idempotency key %q: %w", key, orErr(err, ErrExists))
+		}
 	}
 	e := IdempotencyEntry{Key: key, Op: op, Fingerprint: fp, CreatedAt: tx.Now()}
 	if ttl > 0 {
@@ -265,7 +268,7 @@ func DoIdempotentFor(ctx context.Context, s Store, key, op string, request any, 
 		if err != nil {
 			return err
 		}
-		result, err = recordResult(tx, key, op, fp, v, ttl)
+		result, err = recordResult(tx, key, op, fp, v, ttl, true)
 		return err
 	})
 	if err != nil {

@@ -234,7 +234,21 @@ func GetNodeJSON(r Reader, id string) (json.RawMessage, error) {
 // (ErrInvalidArgument). A zero CreatedAt becomes tx.Now(). The cost is a
 // constant number of small reads and writes per parent, whatever the size of
 // the graph: fork stays O(1).
-func CreateNode(tx Tx, n Node) error {
+func CreateNode(tx Tx, n Node) error { return createNode(tx, n, nil) }
+
+// CreateChild is CreateNode of a node whose only parent is parent, which
+// the caller read with GetNode in the same transaction (fork): the parent
+// is not read and decoded a second time.
+func CreateChild(tx Tx, n Node, parent Node) error {
+	if len(n.Parents) != 1 || n.Parents[0] != parent.NodeID {
+		return fmt.Errorf("node %s: parents %v, want just %s: %w", n.NodeID, n.Parents, parent.NodeID, ErrInvalidArgument)
+	}
+	return createNode(tx, n, &parent)
+}
+
+// createNode is CreateNode; read, if not nil, is its only parent as this
+// transaction read it.
+func createNode(tx Tx, n Node, read *Node) error {
 	if n.Parents == nil {
 		n.Parents = []string{} // a root node lists no parents, not null
 	}
@@ -249,8 +263,11 @@ func CreateNode(tx Tx, n Node) error {
 		return fmt.Errorf("node %s: group %s: %w", n.NodeID, n.GroupID, orErr(err, ErrNotFound))
 	}
 	for _, pid := range n.Parents {
-		p, err := GetNode(tx, pid)
-		if err != nil {
+		var p Node
+		var err error
+		if read != nil {
+			p = *read
+		} else if p, err = GetNode(tx, pid); err != nil {
 			return fmt.Errorf("node %s: parent: %w", n.NodeID, err)
 		}
 		if p.GroupID != n.GroupID {

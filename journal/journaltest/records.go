@@ -63,7 +63,13 @@ func testRecords(t *testing.T, open func(*testing.T, Options) journal.Store) {
 				return err
 			}
 		}
-		return fork(tx, "grp_a", "node_g1", "node_c1")
+		// CreateChild is the same with the parent already read.
+		p, err := journal.GetNode(tx, "node_c1")
+		if err != nil {
+			return err
+		}
+		return journal.CreateChild(tx, journal.Node{NodeID: "node_g1", GroupID: "grp_a", Parents: []string{"node_c1"}, RootID: rootA,
+			Status: journal.NodeDraft, LogicalState: json.RawMessage(`{"step":1}`), Provenance: journal.Provenance{Op: "fork"}}, p)
 	})
 
 	view(t, s, func(r journal.Reader) error {
@@ -141,6 +147,22 @@ func testRecords(t *testing.T, open func(*testing.T, Options) journal.Store) {
 		{"missing parent", func(tx journal.Tx) error { return fork(tx, "grp_a", "node_new", "node_nope") }, journal.ErrNotFound},
 		{"missing group", func(tx journal.Tx) error { return fork(tx, "grp_nope", "node_new", "node_r") }, journal.ErrNotFound},
 		{"parent in another group", func(tx journal.Tx) error { return fork(tx, "grp_b", "node_new", "node_r") }, journal.ErrInvalidArgument},
+		{"child of a parent not named", func(tx journal.Tx) error {
+			p, err := journal.GetNode(tx, "node_c1")
+			if err != nil {
+				return err
+			}
+			return journal.CreateChild(tx, journal.Node{NodeID: "node_new", GroupID: "grp_a", Parents: []string{"node_r"}, RootID: rootA,
+				Status: journal.NodeDraft, Provenance: journal.Provenance{Op: "fork"}}, p)
+		}, journal.ErrInvalidArgument},
+		{"child of a parent in another group", func(tx journal.Tx) error {
+			p, err := journal.GetNode(tx, "node_r")
+			if err != nil {
+				return err
+			}
+			return journal.CreateChild(tx, journal.Node{NodeID: "node_new", GroupID: "grp_b", Parents: []string{"node_r"}, RootID: rootA,
+				Status: journal.NodeDraft, Provenance: journal.Provenance{Op: "fork"}}, p)
+		}, journal.ErrInvalidArgument},
 		{"self parent", func(tx journal.Tx) error { return fork(tx, "grp_a", "node_new", "node_new") }, journal.ErrInvalidArgument},
 		{"repeated parent", func(tx journal.Tx) error { return fork(tx, "grp_a", "node_new", "node_r", "node_r") }, journal.ErrInvalidArgument},
 		{"bad root id", func(tx journal.Tx) error {
