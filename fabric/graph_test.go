@@ -657,3 +657,49 @@ func TestFR08_LiveAttemptsStayBounded(t *testing.T) {
 		t.Fatalf("%d attempts ran", len(started))
 	}
 }
+
+// TestFreshResultIsTheReplay: for the operations in freshResults, mutate
+// returns fn's value instead of decoding the recorded result; that value
+// must be exactly what a replay of the same key decodes.
+func TestFreshResultIsTheReplay(t *testing.T) {
+	f := openFakes(t, Options{})
+	g := newGroup(t, f, map[string]string{"a": "1"})
+	root := g.Node.NodeID
+	for i, req := range []ForkRequest{
+		{NodeID: root},
+		{NodeID: root, N: 3, LogicalState: json.RawMessage(` { "b" : "<&>" ,
+			"a": [1, 2.50, 1e3] } `)},
+		{NodeID: root, LogicalState: json.RawMessage(`null`)},
+	} {
+		ctx := withKey(fmt.Sprintf("fresh-fork-%d", i))
+		fresh, err := f.Fork(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replay, err := f.Fork(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(fresh, replay) {
+			t.Errorf("fork %d: fresh result\n%#v\nreplays as\n%#v", i, fresh, replay)
+		}
+	}
+	for i, req := range []EvaluateRequest{
+		{Target: root, Evaluator: "e@1", Reward: 0.1, Verdict: "<ok>"},
+		{Target: root, Evaluator: "e@1", Reward: 1.0 / 3, Verdict: "ok", Evidence: []string{}, Backprop: true},
+		{Target: root, Evaluator: "e@2", Reward: -7, Terminal: true, Backprop: true},
+	} {
+		ctx := withKey(fmt.Sprintf("fresh-evaluate-%d", i))
+		fresh, err := f.Evaluate(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replay, err := f.Evaluate(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(fresh, replay) {
+			t.Errorf("evaluate %d: fresh result\n%#v\nreplays as\n%#v", i, fresh, replay)
+		}
+	}
+}
