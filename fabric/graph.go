@@ -567,10 +567,13 @@ func evaluationTarget(r journal.Reader, target string) (nodeID, attemptID string
 
 // backprop adds one visit and reward to n and each of its ancestors once.
 func backprop(tx journal.Tx, ci CallInfo, n journal.Node, reward float64) error {
+	// Each node is updated from the record read in this transaction (n by
+	// Evaluate, the ancestors by AncestorsOf), not read again.
 	add := func(m journal.Node) error {
+		old := m
 		m.Visits++
 		m.Value += reward
-		if err := journal.UpdateNode(tx, m); err != nil {
+		if err := journal.UpdateReadNode(tx, old, m); err != nil {
 			return err
 		}
 		return event(tx, ci, m.Event(journal.EventNodeBackprop), map[string]any{"visits": m.Visits, "value": m.Value})
@@ -578,7 +581,7 @@ func backprop(tx journal.Tx, ci CallInfo, n journal.Node, reward float64) error 
 	if err := add(n); err != nil {
 		return err
 	}
-	return journal.Ancestors(tx, n.NodeID, add)
+	return journal.AncestorsOf(tx, n, add)
 }
 
 func setNodeStatus(tx journal.Tx, ci CallInfo, n *journal.Node, to journal.NodeStatus) error {

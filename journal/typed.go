@@ -301,19 +301,45 @@ func UpdateNode(tx Tx, n Node) error {
 	if err != nil {
 		return err
 	}
+	return updateNode(tx, old, n)
+}
+
+// UpdateReadNode is UpdateNode of a node whose stored record, old, the
+// caller read in this transaction (and has not written since): it is not
+// read and decoded again (backprop updates every ancestor it reads).
+func UpdateReadNode(tx Tx, old, n Node) error {
+	if old.NodeID != n.NodeID {
+		return fmt.Errorf("update node %s from the record of %s: %w", n.NodeID, old.NodeID, ErrInvalidArgument)
+	}
+	return updateNode(tx, old, n)
+}
+
+func updateNode(tx Tx, old, n Node) error {
 	if err := n.Validate(); err != nil {
 		return err
 	}
 	draft := old.Status == NodeDraft
-	if err := firstErr(
-		immutable("node", n.NodeID, "group_id", n.GroupID == old.GroupID),
-		immutable("node", n.NodeID, "parents", slices.Equal(n.Parents, old.Parents)),
-		immutable("node", n.NodeID, "created_at", n.CreatedAt.Equal(old.CreatedAt)),
-		immutable("node", n.NodeID, "root_id of a "+string(old.Status)+" node", draft || n.RootID == old.RootID),
-		immutable("node", n.NodeID, "logical_state of a "+string(old.Status)+" node", draft || bytes.Equal(n.LogicalState, old.LogicalState)),
-		immutable("node", n.NodeID, "provenance of a "+string(old.Status)+" node", draft || provenanceEqual(n.Provenance, old.Provenance)),
-	); err != nil {
-		return err
+	// The messages are built only for a field that changed: a backprop
+	// updates every ancestor of the node it evaluates.
+	for _, c := range []struct {
+		field  string
+		frozen bool // only once the node is no longer a draft
+		same   bool
+	}{
+		{"group_id", false, n.GroupID == old.GroupID},
+		{"parents", false, slices.Equal(n.Parents, old.Parents)},
+		{"created_at", false, n.CreatedAt.Equal(old.CreatedAt)},
+		{"root_id", true, draft || n.RootID == old.RootID},
+		{"logical_state", true, draft || bytes.Equal(n.LogicalState, old.LogicalState)},
+		{"provenance", true, draft || provenanceEqual(n.Provenance, old.Provenance)},
+	} {
+		if c.same {
+			continue
+		}
+		if c.frozen {
+			return immutable("node", n.NodeID, c.field+" of a "+string(old.Status)+" node", false)
+		}
+		return immutable("node", n.NodeID, c.field, false)
 	}
 	if n.Status != old.Status && !old.Status.CanTransition(n.Status) {
 		return fmt.Errorf("node %s is %s, cannot become %s: %w", n.NodeID, old.Status, n.Status, ErrFailedPrecondition)
@@ -322,6 +348,10 @@ func UpdateNode(tx Tx, n Node) error {
 }
 
 func provenanceEqual(a, b Provenance) bool {
+	if a.Op == b.Op && a.Source == b.Source && a.AttemptID == b.AttemptID && a.Executor == b.Executor &&
+		bytes.Equal(a.Environment, b.Environment) && a.IdempotencyKey == b.IdempotencyKey && a.TraceID == b.TraceID {
+		return true // the same bytes: no need to compare their JSON
+	}
 	ja, errA := json.Marshal(a)
 	jb, errB := json.Marshal(b)
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
@@ -347,6 +377,12 @@ func Ancestors(r Reader, nodeID string, fn func(Node) error) error {
 	if err != nil {
 		return err
 	}
+	return AncestorsOf(r, n, fn)
+}
+
+// AncestorsOf is Ancestors of a node the caller has read already.
+func AncestorsOf(r Reader, n Node, fn func(Node) error) error {
+	nodeID := n.NodeID
 	seen := map[string]bool{nodeID: true}
 	queue := append([]string(nil), n.Parents...)
 	for len(queue) > 0 {

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -155,4 +156,12 @@ func validEvaluation() Evaluation {
 
 func validEntry() IdempotencyEntry {
 	return IdempotencyEntry{Key: "k-1", Op: "fork", Fingerprint: "sha256:" + hexA, Result: json.RawMessage(`{"a":1}`)}
+}
+
+// TestProvenanceEqualSeesEveryField: provenanceEqual's fast path compares
+// Provenance field by field; a new field must be added there.
+func TestProvenanceEqualSeesEveryField(t *testing.T) {
+	if n := reflect.TypeFor[Provenance]().NumField(); n != 7 {
+		t.Fatalf("Provenance has %d fields; compare the new ones in provenanceEqual and update this test", n)
+	}
 }

@@ -329,15 +329,36 @@ func testRecordTransitions(t *testing.T, open func(*testing.T, Options) journal.
 		}
 		return journal.CreateAttempt(tx, journal.Attempt{AttemptID: "att_1", NodeID: "node_d", GroupID: "grp_a", Executor: "runc", State: journal.AttemptQueued})
 	})
+	// Every other step updates from the record it read (UpdateReadNode):
+	// the same rules hold.
+	var step int
 	setNode := func(change func(n *journal.Node)) error {
+		step++
 		return tryUpdate(s, func(tx journal.Tx) error {
 			n, err := journal.GetNode(tx, "node_d")
 			if err != nil {
 				return err
 			}
+			old := n
 			change(&n)
+			if step%2 == 0 {
+				return journal.UpdateReadNode(tx, old, n)
+			}
 			return journal.UpdateNode(tx, n)
 		})
+	}
+	if err := tryUpdate(s, func(tx journal.Tx) error {
+		r, err := journal.GetNode(tx, "node_r")
+		if err != nil {
+			return err
+		}
+		d, err := journal.GetNode(tx, "node_d")
+		if err != nil {
+			return err
+		}
+		return journal.UpdateReadNode(tx, r, d)
+	}); !errors.Is(err, journal.ErrInvalidArgument) {
+		t.Errorf("UpdateReadNode from another node's record: %v, want ErrInvalidArgument", err)
 	}
 	steps := []struct {
 		name   string
