@@ -110,7 +110,6 @@ func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
 		tc := parseTraceparent(r.Header.Get(v1.HeaderTraceparent))
 		rec.Header().Set(v1.HeaderTraceparent, tc.String())
 		ci := fabric.CallInfo{TraceID: tc.TraceID, SpanID: tc.SpanID}
-		log := s.log.With("trace_id", tc.TraceID, "method", r.Method, "path", r.URL.Path)
 
 		err := func() (err error) {
 			defer func() {
@@ -154,18 +153,28 @@ func (s *Server) handle(pattern string, mutating bool, h handlerFunc) {
 		if s.observe != nil {
 			s.observe(pattern, string(code), time.Since(start))
 		}
-		attrs := []any{"status", rec.statusCode(), "ms", millis(time.Since(start))}
+		level, msg := slog.LevelInfo, "request"
+		switch code {
+		case "":
+		case errdefs.CodeInternal, errdefs.CodeCorrupt:
+			level, msg = slog.LevelError, "request failed"
+		default:
+			msg = "request failed"
+		}
+		// Nothing is built for a log that drops the record (issue 21: a
+		// logger With these attributes per request, for nothing).
+		if !s.log.Enabled(r.Context(), level) {
+			return
+		}
+		attrs := []any{"trace_id", tc.TraceID, "method", r.Method, "path", r.URL.Path,
+			"status", rec.statusCode(), "ms", millis(time.Since(start))}
 		if ci.IdempotencyKey != "" {
 			attrs = append(attrs, "idempotency_key", ci.IdempotencyKey)
 		}
-		switch code {
-		case "":
-			log.Info("request", attrs...)
-		case errdefs.CodeInternal, errdefs.CodeCorrupt:
-			log.Error("request failed", append(attrs, "code", code, "err", err)...)
-		default:
-			log.Info("request failed", append(attrs, "code", code, "err", err)...)
+		if code != "" {
+			attrs = append(attrs, "code", code, "err", err)
 		}
+		s.log.Log(r.Context(), level, msg, attrs...)
 	})
 }
 
