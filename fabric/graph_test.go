@@ -40,7 +40,7 @@ func openGraph(t *testing.T) *Fabric {
 // openLogic is openGraph on the fake mounter and executor: the local
 // store and pebble stay, but nothing is mounted, so it runs as any user.
 // For tests of fabric's logic; the FR tests use the real components.
-func openLogic(t *testing.T) *Fabric {
+func openLogic(t testing.TB) *Fabric {
 	t.Helper()
 	return openGraphWith(t, logicOptions(Options{StateDir: t.TempDir()}))
 }
@@ -56,7 +56,7 @@ func logicOptions(o Options) Options {
 	return o
 }
 
-func openGraphWith(t *testing.T, o Options) *Fabric {
+func openGraphWith(t testing.TB, o Options) *Fabric {
 	t.Helper()
 	f, err := Open(context.Background(), testOptions(t, o))
 	if err != nil {
@@ -76,7 +76,7 @@ func withKey(key string) context.Context {
 	return WithCallInfo(context.Background(), CallInfo{IdempotencyKey: key})
 }
 
-func newGroup(t *testing.T, f *Fabric, files map[string]string) CreateGroupResult {
+func newGroup(t testing.TB, f *Fabric, files map[string]string) CreateGroupResult {
 	t.Helper()
 	src := t.TempDir()
 	for p, c := range files {
