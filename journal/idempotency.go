@@ -86,11 +86,8 @@ func CheckIdempotency(r Reader, key, op string, request any) (result []byte, fou
 }
 
 func checkIdempotency(r Reader, key, op, fp string) ([]byte, bool, error) {
-	e, err := GetIdempotency(r, key)
-	if errors.Is(err, ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
+	e, found, err := getIdempotency(r, key)
+	if err != nil || !found {
 		return nil, false, err
 	}
 	if e.Op != op || e.Fingerprint != fp {
@@ -115,13 +112,34 @@ const (
 // never recorded is ErrNotFound; a part missing or not matching the digest
 // is ErrCorrupt.
 func GetIdempotency(r Reader, key string) (IdempotencyEntry, error) {
+	e, found, err := getIdempotency(r, key)
+	if err == nil && !found {
+		return e, fmt.Errorf("idempotency key %q: %w", key, ErrNotFound)
+	}
+	return e, err
+}
+
+// getIdempotency is GetIdempotency with a key never recorded found =
+// false, not an error: every mutation looks up a fresh key first.
+func getIdempotency(r Reader, key string) (e IdempotencyEntry, found bool, err error) {
+	e, err = readIdempotency(r, key)
+	if errors.Is(err, errNoEntry) {
+		return e, false, nil
+	}
+	return e, err == nil, err
+}
+
+// errNoEntry is readIdempotency's answer for a key never recorded.
+var errNoEntry = errors.New("no idempotency entry")
+
+func readIdempotency(r Reader, key string) (IdempotencyEntry, error) {
 	var e IdempotencyEntry
 	if err := CheckIdempotencyKey(key); err != nil {
 		return e, err
 	}
 	b, err := r.Get(idemKey(key))
 	if errors.Is(err, ErrNotFound) {
-		return e, fmt.Errorf("idempotency key %q: %w", key, ErrNotFound)
+		return e, errNoEntry
 	}
 	if err != nil {
 		return e, fmt.Errorf("idempotency key %q: %w", key, err)
