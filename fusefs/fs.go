@@ -163,6 +163,14 @@ func (r *rootsDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	}
 	d := &dirNode{fsys: r.fsys, root: id, id: id}
 	if errno := d.ensure(ctx); errno != 0 {
+		// A root the store lacks now may be stored later: a seal commits
+		// its node before it links its small batch into the store (the
+		// one-flush seal), and a collected root comes back when a seal
+		// makes the same tree. So no negative entry for it: with a
+		// nonzero entry timeout go-fuse passes ENOENT on as an error,
+		// which the kernel does not cache, instead of turning it into a
+		// negative entry of NegativeTimeout (a day).
+		out.SetEntryTimeout(time.Nanosecond)
 		return nil, errno
 	}
 	d.fillAttr(&out.Attr)
