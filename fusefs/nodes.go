@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -119,6 +120,9 @@ func (d *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if e.Type == cas.TypeDir {
 		c := &dirNode{fsys: d.fsys, root: d.root, path: p, id: e.ID}
 		if errno := c.ensure(ctx); errno != 0 {
+			// Not a negative entry: the tree may be stored later (see
+			// rootsDir.Lookup), and the name is in its parent.
+			out.SetEntryTimeout(time.Nanosecond)
 			return nil, errno
 		}
 		c.fillAttr(&out.Attr)
