@@ -152,19 +152,26 @@ func (f *Fabric) settleDeferral(ctx context.Context, d *sealRedo) {
 	}
 	if err := d.Publish(ctx); err != nil {
 		f.log.Error("seal: publishing the objects failed: storing them durably", "err", err)
-		f.redoObjects(objs)
+		// Only the records of stored objects may be retired: an object
+		// neither published nor redone is only in its record, which
+		// stays for Open's replay.
+		objs = f.redoObjects(objs)
 	}
 	f.noteStoreRedo(d, objs)
 }
 
-// redoObjects stores objs durably one by one; what fails stays in its
-// record (if any) for Open's replay.
-func (f *Fabric) redoObjects(objs []cas.DeferredObject) {
+// redoObjects stores objs durably one by one and returns those it stored;
+// what fails stays in its record (if any) for Open's replay.
+func (f *Fabric) redoObjects(objs []cas.DeferredObject) []cas.DeferredObject {
+	var stored []cas.DeferredObject
 	for _, o := range objs {
 		if err := f.local.Redo(o.ID, o.Data); err != nil {
 			f.log.Error("seal: store object", "object_id", o.ID.String(), "err", err)
+			continue
 		}
+		stored = append(stored, o)
 	}
+	return stored
 }
 
 // noteStoreRedo queues the records of published objs for retirement and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -188,5 +189,62 @@ func TestFailedSealCommitPublishesNothing(t *testing.T) {
 	}
 	if n := len(storeRedoRecords(t, f)); n != 0 {
 		t.Errorf("%d redo records", n)
+	}
+}
+
+// TestUnstoredObjectKeepsItsRecord: an object of a committed seal that
+// neither its publication nor the fallback Redo could store keeps its
+// record: a retirement (a store flush, or Close) must not delete the only
+// copy of its bytes, which the next Open replays.
+func TestUnstoredObjectKeepsItsRecord(t *testing.T) {
+	state := t.TempDir()
+	f := openLocal(t, state)
+	ctx := context.Background()
+	// Content whose fan-out directory does not exist yet; a file in its
+	// place makes both the link and the Redo fail.
+	var content string
+	var id cas.ID
+	for i := 0; ; i++ {
+		content = "unstorable " + strconv.Itoa(i)
+		id = cas.Sum([]byte(content))
+		if _, err := os.Lstat(filepath.Dir(f.local.Path(id))); os.IsNotExist(err) {
+			break
+		}
+	}
+	_, d := f.sealDeferral(ctx)
+	b := f.store.NewBatch()
+	if _, _, err := b.Put(ctx, strings.NewReader(content)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(cas.WithDeferral(ctx, d.Deferral)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.journal.Update(ctx, func(tx journal.Tx) error { return putStoreRedo(tx, d) }); err != nil {
+		t.Fatal(err)
+	}
+	fan := filepath.Dir(f.local.Path(id))
+	if err := os.WriteFile(fan, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.settleDeferral(ctx, d)
+	if ok, _ := f.local.Has(ctx, id); ok {
+		t.Fatal("the object was stored despite its blocked directory")
+	}
+	if err := f.retireStoreRedo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := storeRedoRecords(t, f)[id]; !ok {
+		t.Fatal("the record of an object the store lacks was retired")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(fan); err != nil {
+		t.Fatal(err)
+	}
+	f = openLocal(t, state)
+	defer f.Close()
+	if ok, err := f.local.Has(ctx, id); !ok || err != nil {
+		t.Fatalf("the object after Open's replay: %v %v", ok, err)
 	}
 }
