@@ -39,7 +39,10 @@ import (
 //     seal returns (settleDeferral), so readers find them. A crash between
 //     2 and 3 (the objects missing), or after 3 before the store flushed
 //     them (missing, or their bytes damaged by a machine crash), is
-//     repaired by point 4.
+//     repaired by point 4. A reader of the new node between 2 and 3
+//     (another client that listed it) finds objects missing: the
+//     projection answers ENOENT without caching it (fusefs), an export
+//     or a collection's mark fails with not found and can be retried.
 //  4. Open, before anything reads the store or serves, replays every
 //     record: an object the store lacks or holds damaged is written again
 //     and made durable (local.Store.Redo, the store's own replay), a whole
