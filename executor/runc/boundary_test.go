@@ -137,8 +137,11 @@ func testBoundary_PtraceInitFails(t *testing.T, opts Options) {
 	}
 	v.start("pt", executor.Spec{})
 	// The tracer can attach to a process of its own kind: the check is
-	// about the init, not about ptrace being off.
-	if got := v.sh(t, "pt", "sleep 60 & p=$!; /ptrace $p; kill $p"); got != "attached\n" {
+	// about the init, not about ptrace being off. The sibling is killed
+	// with SIGKILL: if the attach caught it in its exec, the SIGSTOP can
+	// outlive the detach, and a stopped sleep ignores SIGTERM and would
+	// hold the exec's output (and the test) for good.
+	if got := v.sh(t, "pt", "sleep 60 & p=$!; /ptrace $p; kill -KILL $p"); got != "attached\n" {
 		t.Fatalf("attaching to a sibling: %q", got)
 	}
 	r := v.run(v.ctx, "pt", executor.ExecSpec{}, "/ptrace", "1")
