@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gorunc "github.com/containerd/go-runc"
@@ -141,6 +142,9 @@ type Executor struct {
 
 	// noAgent makes every exec use runc exec (tests compare the two).
 	noAgent bool
+	// runcDeletes counts the Stops that left the container to runc
+	// delete (stop.go; tests).
+	runcDeletes atomic.Int64
 
 	pool pool
 }
@@ -363,10 +367,15 @@ func (e *Executor) stopLocked(ctx context.Context, id string) error {
 	cctx, cancel := e.command(ctx)
 	defer cancel()
 	rid := e.runcID(id)
-	// delete --force kills every process (thawing a frozen container
-	// first) and succeeds for an id runc does not know.
-	if err := e.rc.Delete(cctx, rid, &gorunc.DeleteOpts{Force: true}); err != nil {
-		return fmt.Errorf("stop %s: runc delete: %w", id, err)
+	// The init is killed, its end awaited and the container removed
+	// here, without runc (stop.go). Whatever that could not do, delete
+	// --force does: it kills every process (thawing a frozen container
+	// first), and it succeeds for an id runc does not know.
+	if st, err := e.readState(rid); err != nil || !e.killInit(rid, st, e.opts.CommandTimeout) || e.removeStopped(rid, st) != nil {
+		e.runcDeletes.Add(1)
+		if err := e.rc.Delete(cctx, rid, &gorunc.DeleteOpts{Force: true}); err != nil {
+			return fmt.Errorf("stop %s: runc delete: %w", id, err)
+		}
 	}
 	if strings.HasPrefix(rid, poolPrefix) {
 		if err := os.RemoveAll(e.stub(rid)); err != nil {
