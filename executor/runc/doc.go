@@ -147,8 +147,18 @@
 // ready (only it may run beside the cold start, briefly). Taking a container asks for a replacement, which waits
 // for the adopted container's first exec to end (or its Stop) while
 // another idle container remains: a runc run is CPU-heavy, and the first
-// command is what an activation waits for. Shrinking stops the surplus;
-// ClosePool stops every idle one.
+// command is what an activation waits for; at most one refill per CPU
+// runs at a time, so that an emptied pool gets its first replacement
+// soonest. A refill learns its container's init from runc's state file,
+// not from runc state. Shrinking stops the surplus; ClosePool stops every
+// idle one.
+//
+// Stop ends a container without waiting on runc (stop.go): it SIGKILLs
+// the init through a pidfd, thaws the freezer, awaits the init's exit on
+// the pidfd (the kernel has then killed and reaped every other process of
+// the container's pid namespace) and removes the cgroups and runc's state
+// as runc delete would; anything unexpected is left to runc delete
+// --force, which polls for the exit every 100 ms.
 //
 // runc itself is always called with a context that a caller's cancellation
 // does not reach (go-runc would SIGKILL runc, which leaves half-made

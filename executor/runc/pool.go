@@ -37,6 +37,13 @@ const (
 	runcIDLink = "runc-id"
 )
 
+// maxPoolStarts bounds the refills under way at once: a runc run is
+// mostly CPU, so many at once (an emptied pool of 16) take the CPUs from
+// the activations' first commands and all finish late together; one per
+// CPU makes the first replacement ready soonest. A Start that finds the
+// pool empty meanwhile starts cold, as without a pool.
+var maxPoolStarts = max(runtime.NumCPU(), 1)
+
 // idleContainer is a started pool container: its init's pid, and a pidfd
 // that proves the pid is still that init's.
 type idleContainer struct {
@@ -166,7 +173,7 @@ func (e *Executor) poolAdjust() {
 		return
 	}
 	t := p.targetLocked()
-	for len(p.idle)+p.starting < t && (len(p.warming) == 0 || len(p.idle) == 0) {
+	for len(p.idle)+p.starting < t && (len(p.warming) == 0 || len(p.idle) == 0) && p.starting < maxPoolStarts {
 		p.starting++
 		p.wg.Add(1)
 		go func() {
@@ -229,7 +236,9 @@ func (e *Executor) poolStartOne() {
 		if err := e.Stop(context.Background(), id); err != nil {
 			e.opts.Logger.Warn("runc executor: stop surplus pool container", "id", id, "err", err)
 		}
+		return
 	}
+	e.poolAdjust() // the next refill, if maxPoolStarts held it back
 }
 
 // startPooled starts an idle container on a stub root in its bundle: the
@@ -242,15 +251,8 @@ func (e *Executor) startPooled(ctx context.Context, id string) (idleContainer, e
 	if err := e.startLocked(ctx, id, executor.Spec{}, true); err != nil {
 		return c, err
 	}
-	info, err := e.state(ctx, id)
-	if err == nil && (info.Status != executor.StatusRunning || info.Pid <= 0) {
-		err = fmt.Errorf("pool container %s is %s", id, info.Status)
-	}
-	if err == nil {
-		c.pid = info.Pid
-		c.pidfd, err = unix.PidfdOpen(info.Pid, 0)
-	}
-	if err != nil {
+	var err error
+	if c.pid, c.pidfd, err = e.initPidfd(id); err != nil {
 		if serr := e.stopLocked(ctx, id); serr != nil {
 			e.opts.Logger.Warn("runc executor: stop pool container", "id", id, "err", serr)
 		}

@@ -168,3 +168,30 @@ func removeCgroup(p string) error {
 	}
 	return nil
 }
+
+// initPidfd opens a pidfd of container rid's init, found in runc's state
+// (no runc invocation: runc state costs a pool refill tens of
+// milliseconds), and proves with the start time, read after the pidfd
+// was opened, that it is that init and that it runs.
+func (e *Executor) initPidfd(rid string) (pid, pidfd int, err error) {
+	st, err := e.readState(rid)
+	if err != nil {
+		return 0, -1, err
+	}
+	if st.Pid <= 0 {
+		return 0, -1, fmt.Errorf("container %s has no init", rid)
+	}
+	fd, err := unix.PidfdOpen(st.Pid, 0)
+	if err != nil {
+		return 0, -1, fmt.Errorf("container %s's init: %w", rid, err)
+	}
+	now, err := readStat(st.Pid)
+	if err == nil && (now.start != st.Start || now.state == 'Z' || now.state == 'X') {
+		err = fmt.Errorf("container %s's init has exited", rid)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return 0, -1, err
+	}
+	return st.Pid, fd, nil
+}

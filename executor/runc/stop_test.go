@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/esf-dev/esf/executor"
+	"github.com/esf-dev/esf/executor/runc/runctest"
 )
 
 // TestStopWithoutRunc: Stop kills the init itself, awaits its end on a
@@ -78,4 +81,86 @@ func testStopWithoutRunc(t *testing.T, opts Options) {
 			}
 		})
 	}
+}
+
+// TestPool_Soak: many adopt → exec → Stop cycles through a small pool,
+// two clients at once (each on its own root), leave nothing behind: no container, bundle, stub,
+// process, cgroup or mount (the env's checks, and the mount table), and
+// no goroutine (TestMain). Evidence for the pool's default (esfd
+// --runc-pool).
+func TestPool_Soak(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 2})
+	mounts := func() int {
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(b), v.dir)
+	}
+	before := mounts()
+	const clients, cycles = 2, 12
+	var wg sync.WaitGroup
+	errs := make(chan error, clients*cycles)
+	for c := range clients {
+		// A root per client, as every attempt has its own: Stop removes
+		// the mountpoints its container made there.
+		rootfs := filepath.Join(v.dir, fmt.Sprintf("rootfs-%d", c))
+		if err := runctest.Busybox(rootfs); err != nil {
+			t.Fatal(err)
+		}
+		v.mu.Lock()
+		v.roots = append(v.roots, rootfs)
+		v.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range cycles {
+				id := fmt.Sprintf("soak-%d-%d", c, i)
+				if err := v.e.Start(v.ctx, id, executor.Spec{Rootfs: rootfs, Limits: executor.Limits{Pids: 64}}); err != nil {
+					errs <- err
+					return
+				}
+				var out syncBuffer
+				p, err := v.e.Exec(v.ctx, id, executor.ExecSpec{Args: []string{"sh", "-c", "echo $$ > /tmp/" + id + "; cat /tmp/" + id}, Stdout: &out})
+				if err == nil {
+					var code int
+					if code, err = p.Wait(); err == nil && code != 0 {
+						err = fmt.Errorf("exec in %s: exit %d", id, code)
+					}
+				}
+				if serr := v.e.Stop(v.ctx, id); err == nil {
+					err = serr
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := v.e.PoolAdopted(); n == 0 {
+		t.Errorf("no Start adopted a pool container")
+	}
+	if err := v.e.ClosePool(v.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := mounts(); after != before {
+		t.Errorf("mounts under the test's dir: %d before, %d after", before, after)
+	}
+	// Every container's cgroup (adopted ones are named by the pool's
+	// runc id) lies below the namespace's: none may be left.
+	for _, d := range cgroupDirs(v.e.opts.Namespace, "") {
+		ents, _ := os.ReadDir(d)
+		for _, c := range ents {
+			if c.IsDir() {
+				t.Errorf("cgroup left: %s", filepath.Join(d, c.Name()))
+			}
+		}
+	}
+	t.Logf("%d of %d Starts adopted", v.e.PoolAdopted(), clients*cycles)
 }
