@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,60 +48,99 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 	if err != nil {
 		return err
 	}
+	// The same with a warm pool of one container per client (esfd
+	// --runc-pool 16), in a daemon of its own.
+	pd, pnode, pex, err := rig.daemon(ctx, "rollout-pool", runc.Options{Namespace: "esf-bench-rollout-pool", PoolSize: rolloutClients}, nil)
+	if err != nil {
+		return err
+	}
+	// Registered after the daemon, so the pool closes before the daemon
+	// unmounts its projection (as in esfd).
+	e.Cleanup(func() error { return pex.ClosePool(context.Background()) })
 	dir := rig.dir
 	bundle, err := writeBundleArgs(dir, rig.rootfs, "rollout-bundle", rolloutArgs)
 	if err != nil {
 		return err
 	}
 	bare := &gorunc.Runc{Root: filepath.Join(dir, "bare-root")}
-	clients := make([]*bench.Ops, rolloutClients)
-	for i := range clients {
-		clients[i] = d.NewOps()
+	type target struct {
+		node    string
+		clients []*bench.Ops
+	}
+	cold, pooled := target{node: node}, target{node: pnode}
+	for range rolloutClients {
+		cold.clients = append(cold.clients, d.NewOps())
+		pooled.clients = append(pooled.clients, pd.NewOps())
 	}
 	perClient := e.Size(1, 4)
 	var seq atomic.Int64
-	// The phases of every measured rollout, for the part: rows.
+	// The phases of every measured rollout, per subject (pooled, cold),
+	// for the part: rows.
 	var phaseMu sync.Mutex
-	var phases [3][]time.Duration // activate, exec, suspend
-	timePhase := func(i int, fn func() error) error {
+	var phases [2][3][]time.Duration // activate, exec, suspend
+	timePhase := func(k, i int, fn func() error) error {
 		start := time.Now()
 		err := fn()
 		phaseMu.Lock()
-		phases[i] = append(phases[i], time.Since(start))
+		phases[k][i] = append(phases[k][i], time.Since(start))
 		phaseMu.Unlock()
 		return err
 	}
-	rollout := func(ctx context.Context, o *bench.Ops) error {
-		var a fabric.AttemptView
-		err := timePhase(0, func() (err error) {
-			a, err = o.ActivateAttempt(ctx, fabric.ActivateRequest{NodeID: node, Executor: fabric.ExecutorRunc})
-			return err
-		})
-		if err != nil {
-			return err
+	rollout := func(k int, t target) func(context.Context, int) error {
+		return func(ctx context.Context, c int) error {
+			o := t.clients[c]
+			var a fabric.AttemptView
+			err := timePhase(k, 0, func() (err error) {
+				a, err = o.ActivateAttempt(ctx, fabric.ActivateRequest{NodeID: t.node, Executor: fabric.ExecutorRunc})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if err := timePhase(k, 1, func() error {
+				return o.Exec(ctx, fabric.ExecRequest{AttemptID: a.AttemptID, Args: rolloutArgs})
+			}); err != nil {
+				return fmt.Errorf("%w (and %v)", err, o.Release(context.WithoutCancel(ctx), a.AttemptID))
+			}
+			return timePhase(k, 2, func() error { _, err := o.Suspend(ctx, a.AttemptID); return err })
 		}
-		if err := timePhase(1, func() error {
-			return o.Exec(ctx, fabric.ExecRequest{AttemptID: a.AttemptID, Args: rolloutArgs})
-		}); err != nil {
-			return fmt.Errorf("%w (and %v)", err, o.Release(context.WithoutCancel(ctx), a.AttemptID))
-		}
-		return timePhase(2, func() error { _, err := o.Suspend(ctx, a.AttemptID); return err })
 	}
-	bareRun := func(ctx context.Context, _ *bench.Ops) error {
+	bareRun := func(ctx context.Context, _ int) error {
 		status, err := bare.Run(ctx, fmt.Sprintf("rollout-bare-%d", seq.Add(1)), bundle, &gorunc.CreateOpts{})
 		if err == nil && status != 0 {
 			err = fmt.Errorf("runc run: exit %d", status)
 		}
 		return err
 	}
+	// The pool is full before every measurement (untimed), and a pooled
+	// batch ends only when it is full again: the refills (a runc run -d
+	// each, started as the batch adopts) are the batch's work too, as in
+	// a daemon that keeps serving. served[i] is when its rollouts alone
+	// had ended.
+	waitFull := func() error {
+		deadline := time.Now().Add(2 * time.Minute)
+		for pex.PoolIdle() < rolloutClients {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the runc pool never refilled (%d idle)", pex.PoolIdle())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	}
+	var served []time.Duration
 	// cpu[k]: CPU time of this process and of the children it waited for
 	// (runc, and through a bare runc run its container), per measurement
 	// of subject k.
-	cpu := make([][]time.Duration, 2)
-	batch := func(k int, op func(context.Context, *bench.Ops) error) bench.Subject {
+	cpu := make([][]time.Duration, 3)
+	batch := func(k int, op func(context.Context, int) error) bench.Subject {
 		return func(ctx context.Context) (bench.Measurement, error) {
+			if err := waitFull(); err != nil {
+				return bench.Measurement{}, err
+			}
+			adopted := pex.PoolAdopted()
 			cpu0 := selfAndChildrenCPU()
 			defer func() { cpu[k] = append(cpu[k], selfAndChildrenCPU()-cpu0) }()
+			start := time.Now()
 			return bench.Timed(float64(rolloutClients*perClient), func() error {
 				var wg sync.WaitGroup
 				errs := make([]error, rolloutClients)
@@ -109,42 +149,61 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 					go func() {
 						defer wg.Done()
 						for range perClient {
-							if errs[c] = op(ctx, clients[c]); errs[c] != nil {
+							if errs[c] = op(ctx, c); errs[c] != nil {
 								return
 							}
 						}
 					}()
 				}
 				wg.Wait()
-				for _, err := range errs {
-					if err != nil {
-						return err
-					}
+				if err := errors.Join(errs...); err != nil {
+					return err
 				}
-				return nil
+				if k != 0 {
+					return nil
+				}
+				served = append(served, time.Since(start))
+				if n := pex.PoolAdopted() - adopted; n < rolloutClients {
+					return fmt.Errorf("only %d pooled activations adopted a pool container, want one per client at least", n)
+				}
+				return waitFull()
 			})
 		}
 	}
-	subjects := []bench.Subject{batch(0, rollout), batch(1, bareRun)}
+	subjects := []bench.Subject{batch(0, rollout(0, pooled)), batch(1, rollout(1, cold)), batch(2, bareRun)}
 	// Warm up with one of each (page cache, runc's binary, the
 	// projection), not a batch: bench-quick has 5 minutes in all.
-	if err := rollout(ctx, clients[0]); err != nil {
+	if err := waitFull(); err != nil {
 		return err
 	}
-	if err := bareRun(ctx, nil); err != nil {
-		return err
+	for _, op := range []func(context.Context, int) error{rollout(0, pooled), rollout(1, cold), bareRun} {
+		if err := op(ctx, 0); err != nil {
+			return err
+		}
 	}
-	phases, cpu = [3][]time.Duration{}, [][]time.Duration{nil, nil}
+	phases, cpu = [2][3][]time.Duration{}, [][]time.Duration{nil, nil, nil}
 	ms, err := bench.Interleave(ctx, e.Size(3, 5), subjects...)
 	if err != nil {
 		return err
 	}
-	r, b := bench.Rates(ms[0], 1), bench.Rates(ms[1], 1)
-	e.Add(bench.Row{Name: rowName, Value: r.P50, Unit: "rollouts/s", P90: r.P90, N: r.N, Samples: r.Values,
-		Baseline: "16 concurrent bare runc runs", BaselineValue: b.P50, Targets: []bench.Target{bench.RatioAtLeast(1)}, Path: d.Ops.Path("activate"),
-		Note: fmt.Sprintf("%d clients (one API connection each) at once, %d rollouts each in a row: activate --executor runc + exec %q + suspend (seal, release), busybox rootfs; baseline: as many runc runs of the same command, 16 at once, same rootfs and default spec, sealing nothing",
-			rolloutClients, perClient, rolloutArgs)})
 	n := float64(rolloutClients * perClient)
+	r, c, b := bench.Rates(ms[0], 1), bench.Rates(ms[1], 1), bench.Rates(ms[2], 1)
+	note := fmt.Sprintf("%d clients (one API connection each) at once, %d rollouts each in a row: activate --executor runc + exec %q + suspend (seal, release), busybox rootfs; baseline: as many runc runs of the same command, 16 at once, same rootfs and default spec, sealing nothing",
+		rolloutClients, perClient, rolloutArgs)
+	e.Add(bench.Row{Name: rowName, Value: r.P50, Unit: "rollouts/s", P90: r.P90, N: r.N, Samples: r.Values,
+		Baseline: "16 concurrent bare runc runs", BaselineValue: b.P50, Targets: []bench.Target{bench.RatioAtLeast(1)}, Path: pd.Ops.Path("activate"),
+		Note: note + fmt.Sprintf("; activations adopt containers of a warm pool (esfd --runc-pool %d), full before each batch, and a batch ends when the pool is full again (its refills, a runc run -d per rollout, are counted)", rolloutClients)})
+	e.Add(bench.Row{Name: rowName + ", no pool", Value: c.P50, Unit: "rollouts/s", P90: c.P90, N: c.N, Samples: c.Values,
+		Baseline: "16 concurrent bare runc runs", BaselineValue: b.P50, Targets: []bench.Target{bench.RatioAtLeast(1)}, Path: d.Ops.Path("activate"),
+		Note: note + "; every activation runs runc run -d"})
+	sv := make([]float64, len(served))
+	for i, d := range served {
+		sv[i] = n / d.Seconds()
+	}
+	s := bench.Summarize(sv)
+	e.Add(bench.Row{Name: "part: rollouts/s, 16 clients, pooled, until the last rollout ended", Value: s.P50, Unit: "rollouts/s", P90: s.P90, N: s.N, Samples: s.Values,
+		Baseline: "16 concurrent bare runc runs", BaselineValue: b.P50, Path: pd.Ops.Path("activate"),
+		Note: "the pooled row's batches without the wait for the pool's last refills: what the clients saw"})
 	perOp := func(ds []time.Duration) bench.Sample {
 		xs := make([]float64, len(ds))
 		for i, d := range ds {
@@ -152,18 +211,21 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 		}
 		return bench.Summarize(xs)
 	}
-	rc, bc := perOp(cpu[0]), perOp(cpu[1])
-	e.Add(bench.Row{Name: "part: CPU time per rollout, 16 clients", Value: rc.P50, Unit: "ms", P90: rc.P90, N: rc.N, Samples: rc.Values,
-		Baseline: "per bare runc run", BaselineValue: bc.P50, Path: d.Ops.Path("activate"),
-		Note: "user + system CPU time of this process (clients, daemon) and of the children it waited for (runc run -d at activation, runc delete --force at release; a bare runc run and its container), per rollout; the container's own processes of a rollout are not counted"})
-	for i, name := range []string{"activate", "exec", "suspend"} {
-		xs := make([]float64, len(phases[i]))
-		for j, d := range phases[i] {
-			xs[j] = float64(d) / float64(time.Millisecond)
+	bc := perOp(cpu[2])
+	for k, suffix := range []string{"", ", no pool"} {
+		rc := perOp(cpu[k])
+		e.Add(bench.Row{Name: "part: CPU time per rollout, 16 clients" + suffix, Value: rc.P50, Unit: "ms", P90: rc.P90, N: rc.N, Samples: rc.Values,
+			Baseline: "per bare runc run", BaselineValue: bc.P50, Path: d.Ops.Path("activate"),
+			Note: "user + system CPU time of this process (clients, daemon) and of the children it waited for (runc run -d of a pool refill or a cold activation; a bare runc run and its container), per rollout; the container's own processes of a rollout are not counted"})
+		for i, name := range []string{"activate", "exec", "suspend"} {
+			xs := make([]float64, len(phases[k][i]))
+			for j, d := range phases[k][i] {
+				xs[j] = float64(d) / float64(time.Millisecond)
+			}
+			p := bench.Summarize(xs)
+			e.Add(bench.Row{Name: "part: rollout phase, 16 clients: " + name + suffix, Value: p.P50, Unit: "ms", P90: p.P90, N: p.N, Samples: p.Values, Path: d.Ops.Path("activate"),
+				Note: "latency of this phase of the measured rollouts, 16 running at once"})
 		}
-		p := bench.Summarize(xs)
-		e.Add(bench.Row{Name: "part: rollout phase, 16 clients: " + name, Value: p.P50, Unit: "ms", P90: p.P90, N: p.N, Samples: p.Values, Path: d.Ops.Path("activate"),
-			Note: "latency of this phase of the measured rollouts, 16 running at once"})
 	}
 	return nil
 }
