@@ -205,10 +205,10 @@ func (h *listingHandle) Readdirent(context.Context) (*fuse.DirEntry, syscall.Err
 func (h *listingHandle) Seekdir(_ context.Context, off uint64) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if off > uint64(h.d.tree.Len()) {
-		return syscall.EINVAL
-	}
-	h.next = int(off)
+	// A position past the end (lseek on the directory, or a listing
+	// the kernel cached only in part) reads as the end, as on a disk
+	// file system, not EINVAL.
+	h.next = int(min(off, uint64(h.d.tree.Len())))
 	h.started = false // rewinddir: a new listing
 	return 0
 }
