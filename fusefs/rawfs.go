@@ -81,3 +81,13 @@ func (w *handlelessDirs) handleless(cancel <-chan struct{}, in *fuse.ReadIn, out
 	r.Fh = opened.Fh
 	return read(cancel, &r, out)
 }
+
+// FsyncDir and Fsync answer ENOSYS: the projection is read-only and has
+// nothing to sync, and the kernel takes ENOSYS as "fsync is a no-op here",
+// answers 0 to every fsync after, and sends no more (fs/fuse/file.c,
+// fuse_fsync_common). The bridge answered ENOTSUP, which fsync(2) returned:
+// fsync of a projected directory or file failed where a read-only disk
+// file system succeeds.
+func (w *handlelessDirs) FsyncDir(<-chan struct{}, *fuse.FsyncIn) fuse.Status { return fuse.ENOSYS }
+
+func (w *handlelessDirs) Fsync(<-chan struct{}, *fuse.FsyncIn) fuse.Status { return fuse.ENOSYS }
