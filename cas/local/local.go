@@ -82,6 +82,9 @@ type Store struct {
 	// verified maps large objects to the file identity they were last
 	// verified under (see verified.go).
 	verified map[cas.ID]fileKey
+	// objDir is the objects directory held open for Stat (nil where it
+	// cannot be; see objectsDir).
+	objDir *objectsDir
 	// log makes small batches durable with one fdatasync (redolog.go);
 	// nil in a store opened read-mostly (negative StaleTempAge) or
 	// elsewhere than Linux.
@@ -179,13 +182,18 @@ func Open(dir string, o *Options) (*Store, error) {
 			return nil, fmt.Errorf("open store %s: %w", dir, err)
 		}
 	}
+	s.objDir = openObjectsDir(s.objects)
 	return s, nil
 }
 
-// Close releases the store's open files (the redo log's descriptor). Reads
-// still work afterwards; a batch that needs the log fails.
+// Close releases the store's open files (the redo log's descriptor and the
+// objects directory's). Reads still work afterwards; a batch that needs the
+// log fails.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.log.close() })
+	s.closeOnce.Do(func() {
+		s.objDir.close()
+		s.closeErr = s.log.close()
+	})
 	return s.closeErr
 }
 
@@ -326,6 +334,12 @@ func (s *Store) Has(ctx context.Context, id cas.ID) (bool, error) {
 func (s *Store) Stat(ctx context.Context, id cas.ID) (cas.Info, error) {
 	if err := ctx.Err(); err != nil {
 		return cas.Info{}, fmt.Errorf("stat %s: %w", id, err)
+	}
+	if size, ok, err := s.objDir.statObject(id); ok {
+		if err != nil {
+			return cas.Info{}, objectError("stat", id, err)
+		}
+		return cas.Info{ID: id, Size: size}, nil
 	}
 	fi, err := os.Lstat(s.Path(id))
 	if err != nil {
