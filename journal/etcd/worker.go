@@ -44,6 +44,11 @@ type Worker struct {
 	Started time.Time `json:"started"`
 	// TTLSeconds is its lease's TTL.
 	TTLSeconds int64 `json:"ttl_s"`
+	// State identifies what the process holds exclusively while it runs
+	// (fabric.StateLock's ID), empty for none. A process registering with
+	// the State of the current holder of its id takes the id over at once
+	// (see Register). Two live processes must never present one State.
+	State string `json:"state,omitempty"`
 }
 
 // ErrFenced is returned by every commit of a store whose registration was
@@ -86,7 +91,9 @@ type fence struct {
 // every commit of the store carries the fencing compare. If a worker of
 // the same id is registered (a previous process whose lease has not
 // expired yet), Register waits for its key to go, until ctx ends: two
-// processes never hold one id. A store registers at most once.
+// processes never hold one id; unless that record has w's non-empty
+// State: its process is gone, and Register takes the id over at once (the
+// old registration is fenced). A store registers at most once.
 func (s *Store) Register(ctx context.Context, w Worker, ttl time.Duration) (*Registration, error) {
 	if w.ID == "" || strings.ContainsAny(w.ID, "/\x00") {
 		return nil, fmt.Errorf("register worker %q: bad id: %w", w.ID, journal.ErrInvalidArgument)
@@ -114,7 +121,8 @@ func (s *Store) Register(ctx context.Context, w Worker, ttl time.Duration) (*Reg
 		}
 		val, _ := json.Marshal(w)
 		resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(g.ID))).Commit()
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(g.ID))).
+			Else(clientv3.OpGet(key)).Commit()
 		if err != nil || !resp.Succeeded {
 			s.cli.Revoke(context.WithoutCancel(ctx), g.ID)
 			if err != nil {
@@ -123,7 +131,16 @@ func (s *Store) Register(ctx context.Context, w Worker, ttl time.Duration) (*Reg
 				}
 				continue
 			}
-			// Taken: wait for the holder's lease to end.
+			// Taken: by a dead process of the same state, take it back;
+			// else wait for the holder's lease to end.
+			if took, err := s.takeOver(ctx, key, w.State, resp); err != nil {
+				if rerr := retry.transient(ctx, s, s.mapErr(ctx, err)); rerr != nil {
+					return nil, fmt.Errorf("register worker %s: %w", w.ID, rerr)
+				}
+				continue
+			} else if took {
+				continue
+			}
 			s.opts.Logger.Warn("worker id registered by another process; waiting for its lease to end", "worker", w.ID)
 			if err := s.awaitGone(ctx, key); err != nil {
 				return nil, fmt.Errorf("register worker %s: %w", w.ID, err)
@@ -146,6 +163,36 @@ func (s *Store) Register(ctx context.Context, w Worker, ttl time.Duration) (*Reg
 		go r.keepAlive(kctx, ka)
 		return r, nil
 	}
+}
+
+// takeOver deletes the worker record a failed registration found in the
+// way (resp's Else) if it has state (non-empty), and revokes its lease.
+// It reports whether the key is free to try again.
+func (s *Store) takeOver(ctx context.Context, key, state string, resp *clientv3.TxnResponse) (bool, error) {
+	if state == "" || len(resp.Responses) == 0 {
+		return false, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return true, nil // gone meanwhile
+	}
+	var old Worker
+	if err := json.Unmarshal(kvs[0].Value, &old); err != nil || old.State != state {
+		return false, nil
+	}
+	kv := kvs[0]
+	if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision)).
+		Then(clientv3.OpDelete(key)).Commit(); err != nil {
+		return false, err
+	}
+	// Whether this delete or another took the record, it is gone; its
+	// lease holds nothing else.
+	if kv.Lease != 0 {
+		s.cli.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(kv.Lease))
+	}
+	s.opts.Logger.Warn("worker id registered by a previous process of this state, which is gone; taking it back",
+		"worker", old.ID, "started", old.Started)
+	return true, nil
 }
 
 // awaitGone waits until key does not exist.

@@ -133,3 +133,81 @@ func TestWorkerRegisterWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWorkerRegisterTakesOverSameState: a registration whose record has
+// the same State as the new one's (a restarted process of the same state
+// dir: the old one is dead) is taken over at once, whatever the old
+// lease's TTL, and the old registration is fenced: its commits are
+// refused and Lost closes. A different State still waits.
+func TestWorkerRegisterTakesOverSameState(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{NoFsync: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	a := newStore(t, c, journaltest.Options{})
+	t.Cleanup(func() { a.Close() })
+	open := func() *etcd.Store {
+		s, err := etcd.Open(ctx, etcd.Options{Endpoints: c.Endpoints(), Prefix: a.Prefix()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	b, d := open(), open()
+	put := func(s *etcd.Store, k string) error {
+		return s.Update(ctx, func(tx journal.Tx) error { return tx.Put([]byte(k), []byte("v")) })
+	}
+
+	// A long lease, still renewed: only the takeover can end it in time.
+	ra, err := a.Register(ctx, etcd.Worker{ID: "w", State: "s1@boot"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ra.Close() })
+	if err := put(a, "k1"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another state waits.
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	_, err = d.Register(short, etcd.Worker{ID: "w", State: "s2@boot"}, time.Hour)
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("register under another state: %v, want it to wait", err)
+	}
+
+	// The same state takes over at once (well before the hour).
+	rb, err := b.Register(withinMinute(ctx, t), etcd.Worker{ID: "w", State: "s1@boot"}, time.Hour)
+	if err != nil {
+		t.Fatalf("register under the same state: %v, want it at once", err)
+	}
+	t.Cleanup(func() { rb.Close() })
+	if err := put(b, "k2"); err != nil {
+		t.Fatalf("commit of the new registration: %v", err)
+	}
+	if err := put(a, "k3"); !errors.Is(err, etcd.ErrFenced) {
+		t.Fatalf("commit of the registration taken over: %v, want ErrFenced", err)
+	}
+	select {
+	case <-ra.Lost():
+	case <-ctx.Done():
+		t.Fatal("Lost of the registration taken over not closed")
+	}
+	ws, err := d.Workers(ctx)
+	if err != nil || len(ws) != 1 || ws[0].State != "s1@boot" {
+		t.Fatalf("workers = %+v, %v", ws, err)
+	}
+	// Closing the old registration leaves the new one alone.
+	ra.Close()
+	if err := put(b, "k4"); err != nil {
+		t.Fatalf("commit after the old registration closed: %v", err)
+	}
+}
+
+// withinMinute bounds a takeover, which must not wait for any lease: far less
+// than the leases' hour, generous for a loaded machine.
+func withinMinute(ctx context.Context, t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(ctx, time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
