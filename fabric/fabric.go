@@ -112,6 +112,11 @@ type Options struct {
 	// worker name (Worker is ignored). Close closes the registration
 	// (revoking its lease) before the journal.
 	Cluster *Cluster
+	// StateLock is the state dir's lock when the caller took it before
+	// Open (LockState: to register Cluster under the dir's identity while
+	// it holds it); Open takes it over and releases it when it fails or
+	// closes. Nil: Open takes the lock itself.
+	StateLock *StateLock
 	// ContainerMounts are bind mounts every runc container of this daemon
 	// gets (operator configuration, never an API field: a caller must not
 	// be able to mount host paths).
@@ -270,6 +275,14 @@ type Fabric struct {
 // process may hold a state dir: a second Open fails with
 // errdefs.ErrFailedPrecondition.
 func Open(ctx context.Context, opts Options) (*Fabric, error) {
+	f, err := open(ctx, opts)
+	if err != nil && opts.StateLock != nil {
+		opts.StateLock.Close()
+	}
+	return f, err
+}
+
+func open(ctx context.Context, opts Options) (*Fabric, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -284,8 +297,13 @@ func Open(ctx context.Context, opts Options) (*Fabric, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("open state %s: %w", stateDir, err)
 	}
-	lock, err := lockStateDir(stateDir)
-	if err != nil {
+	var lock *os.File
+	if sl := opts.StateLock; sl != nil {
+		if sl.dir != stateDir || sl.f == nil {
+			return nil, fmt.Errorf("open state %s: the state lock given is of %s: %w", stateDir, sl.dir, errdefs.ErrInvalidArgument)
+		}
+		lock = sl.f
+	} else if lock, err = lockStateDir(stateDir); err != nil {
 		return nil, err
 	}
 	f := &Fabric{

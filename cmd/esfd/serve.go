@@ -87,7 +87,7 @@ func journalFlags() []cli.Flag {
 		&cli.StringFlag{
 			Name: "worker",
 			Usage: "this worker's id on an etcd journal (default: the host name); one process per id, " +
-				"a restarted worker takes its id back once its previous lease has ended",
+				"a restarted worker on the same --state takes its id back at once, another waits for its previous holder's lease to end",
 			Sources: cli.EnvVars("ESF_WORKER"),
 		},
 		&cli.DurationFlag{
@@ -112,9 +112,12 @@ func journalFlags() []cli.Flag {
 }
 
 // registerWorker makes the daemon a worker of the graph on an etcd
-// journal: it registers under a lease of --worker-ttl (waiting for a
-// previous holder of the id to be gone). Nil on a pebble journal.
-func registerWorker(ctx context.Context, cmd *cli.Command, s journal.Store, capacity int, log *slog.Logger) (*fabric.Cluster, error) {
+// journal: it registers under a lease of --worker-ttl, with state, the
+// identity of its state dir's lock (taking the id back at once from a
+// previous process of the same state dir, which is dead since the lock is
+// ours; waiting for any other holder of the id to be gone). Nil on a
+// pebble journal.
+func registerWorker(ctx context.Context, cmd *cli.Command, s journal.Store, capacity int, state string, log *slog.Logger) (*fabric.Cluster, error) {
 	es, ok := s.(*journaletcd.Store)
 	if !ok {
 		return nil, nil
@@ -132,7 +135,7 @@ func registerWorker(ctx context.Context, cmd *cli.Command, s journal.Store, capa
 		addr = scheme + strings.TrimPrefix(l, "tcp://")
 	}
 	ttl := cmd.Duration("worker-ttl")
-	reg, err := es.Register(ctx, journaletcd.Worker{ID: id, Addr: addr, Capacity: capacity}, ttl)
+	reg, err := es.Register(ctx, journaletcd.Worker{ID: id, Addr: addr, Capacity: capacity, State: state}, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +339,16 @@ func serve(ctx context.Context, cmd *cli.Command) error {
 	if opts.JournalStore, err = openJournal(ctx, cmd, log); err != nil {
 		return err
 	}
-	if opts.Cluster, err = registerWorker(ctx, cmd, opts.JournalStore, opts.MaxLiveAttempts, log); err != nil {
+	// The state dir's lock, held from before the worker registers: it is
+	// what lets a restarted esfd take its registration back at once.
+	if opts.StateLock, err = fabric.LockState(state); err != nil {
+		if opts.JournalStore != nil {
+			opts.JournalStore.Close()
+		}
+		return err
+	}
+	if opts.Cluster, err = registerWorker(ctx, cmd, opts.JournalStore, opts.MaxLiveAttempts, opts.StateLock.ID(), log); err != nil {
+		opts.StateLock.Close()
 		opts.JournalStore.Close()
 		return err
 	}

@@ -63,9 +63,17 @@ func stopAll(ctx context.Context, cmd *cli.Command) error {
 		return err
 	}
 	// On a shared graph, stop-all acts as the worker (--worker) and only
-	// on its attempts: it registers under that id (once esfd's lease is
-	// gone).
-	if opts.Cluster, err = registerWorker(ctx, cmd, opts.JournalStore, 0, log); err != nil {
+	// on its attempts: it registers under that id, holding the state dir's
+	// lock first, so it takes the id back at once from a dead esfd of this
+	// state dir.
+	if opts.StateLock, err = fabric.LockState(state); err != nil {
+		if opts.JournalStore != nil {
+			opts.JournalStore.Close()
+		}
+		return err
+	}
+	if opts.Cluster, err = registerWorker(ctx, cmd, opts.JournalStore, 0, opts.StateLock.ID(), log); err != nil {
+		opts.StateLock.Close()
 		opts.JournalStore.Close()
 		return err
 	}
