@@ -41,13 +41,14 @@ func (m *journalMode) args(prefix string) []string {
 	if m.cluster == nil {
 		return nil
 	}
-	// A short worker lease: an esfd restarted after a SIGKILL waits for
-	// the lease of the one killed to end before it registers again. Not
-	// shorter than 3 s: a daemon starved of CPU for a whole TTL on a
-	// loaded machine loses its lease, is fenced and stops its sandboxes,
-	// as it must, and the case then fails for a reason of the machine
-	// (seen with 1 s at load 15-20).
-	return []string{"--journal", m.cluster.URL(prefix), "--worker-ttl", "3s"}
+	// A worker lease long enough that a daemon starved of CPU on a loaded
+	// machine keeps it (with 3 s, one at load ~20 lost it, was fenced and
+	// stopped its sandboxes, and the case failed for a reason of the
+	// machine). It costs the matrix nothing: an esfd restarted after a
+	// SIGKILL on the same state dir takes its registration back at once
+	// (journal/etcd Register, Worker.State) instead of waiting out the
+	// killed one's lease.
+	return []string{"--journal", m.cluster.URL(prefix), "--worker-ttl", "15s"}
 }
 
 // open opens the journal of state (pebble, in dir) or prefix (etcd).

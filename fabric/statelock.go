@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // StateLock is a held lock of a state dir: while it is held, no other
@@ -42,17 +44,26 @@ func LockState(dir string) (*StateLock, error) {
 		return nil, err
 	}
 	id, err := stateID(dir)
+	if err == nil {
+		// The lock file itself: the flock proves only that no process
+		// holds this inode, so a copy of the dir (state-id and all) is
+		// another identity.
+		var st unix.Stat_t
+		if err = unix.Fstat(int(f.Fd()), &st); err == nil {
+			id = fmt.Sprintf("%s/%d:%d", id, st.Dev, st.Ino)
+		}
+	}
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, fmt.Errorf("lock state %s: %w", dir, err)
 	}
 	return &StateLock{dir: dir, f: f, id: id}, nil
 }
 
 // stateID reads the dir's random identity, making it on first use (under
 // the lock), and adds the host's boot id: the lock proves only that no
-// process of this boot of this host holds the dir, so a copy of the dir
-// on another host (or a boot id missing) has another identity.
+// process of this boot of this host holds the dir, so the dir on another
+// host or boot (or with the boot id unreadable) has another identity.
 func stateID(dir string) (string, error) {
 	p := filepath.Join(dir, stateIDFile)
 	b, err := os.ReadFile(p)
@@ -82,8 +93,8 @@ func stateID(dir string) (string, error) {
 	return id + "@" + strings.TrimSpace(string(boot)), nil
 }
 
-// ID is the identity of the state dir's holder: the dir's random id and
-// the host's boot id.
+// ID is the identity of the state dir's holder: the dir's random id, the
+// host's boot id and the lock file's device and inode.
 func (l *StateLock) ID() string { return l.id }
 
 // Close releases the lock (Open's Close does, once it owns it); closing

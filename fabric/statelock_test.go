@@ -3,6 +3,7 @@ package fabric
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,8 +22,8 @@ func TestStateLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := l.ID()
-	if !strings.Contains(id, "@") || len(id) < 34 {
-		t.Fatalf("state id %q, want <random>@<boot id>", id)
+	if !strings.Contains(id, "@") || !strings.Contains(id, ":") || len(id) < 34 {
+		t.Fatalf("state id %q, want <random>@<boot id>/<dev>:<ino>", id)
 	}
 	if _, err := LockState(dir); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Fatalf("second LockState of a held dir: %v, want failed precondition", err)
@@ -68,5 +69,25 @@ func TestStateLock(t *testing.T) {
 	defer lo.Close()
 	if lo.ID() == id {
 		t.Fatal("two state dirs have one id")
+	}
+	// A copy of the dir, its state-id file included, is another holder.
+	cp := filepath.Join(t.TempDir(), "copy")
+	if err := os.MkdirAll(cp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, stateIDFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cp, stateIDFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := LockState(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	if lc.ID() == id {
+		t.Fatalf("a copy of the state dir has its id %q", id)
 	}
 }
