@@ -242,3 +242,26 @@ func TestWorkers_Forwarding(t *testing.T) {
 	b.mustCtl(nil, "release", busy.AttemptID) // forwarded to A
 	b.mustCtl(nil, "release", onB.AttemptID)
 }
+
+// TestWorkers_RestartTakesRegistrationBack: a worker with a lease far
+// longer than the test is SIGKILLed; esfd restarted on its state dir takes
+// the id back at once (holding the state dir's lock, it knows the killed
+// one is dead) instead of waiting out the lease, and serves as that worker.
+func TestWorkers_RestartTakesRegistrationBack(t *testing.T) {
+	_, url := startEtcd(t)
+	flags := []string{"--journal", url, "--worker", "wa"}
+	a := startDaemonWith(t, "", append(flags, "--worker-ttl", "1h")...)
+	a.stopAllFlags = flags
+	a.cmd.Process.Kill()
+	<-a.exited
+	// startDaemonWith waits for esfd to answer, which it does once
+	// registered: with the old lease waited out, not within the test.
+	b := startDaemonWith(t, a.state, append(flags, "--worker-ttl", "1h")...)
+	b.stopAllFlags = flags
+	if w := workers(t, b); w.ids() != "wa" || w.Fenced || !w.Workers[0].Self {
+		t.Fatalf("workers after the restart: %+v", w)
+	}
+	if l := b.logs.String(); !strings.Contains(l, "taking it back") {
+		t.Fatalf("the restarted esfd did not log taking its registration back:\n%s", l)
+	}
+}
