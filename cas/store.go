@@ -60,6 +60,17 @@ type Deleter interface {
 	Delete(ctx context.Context, id ID) error
 }
 
+// DeletionCounter is implemented by stores that count the removals of
+// their objects, so a caller that saw an object present can trust it still
+// is without asking again (ingest.StatCache): while Deletions returns the
+// count it returned when the object was known present, nothing was removed.
+type DeletionCounter interface {
+	// Deletions returns a number that changes before any removal of a
+	// stored object takes effect and again once it has; ok is false when
+	// the store does not count (a wrapper around one that does not).
+	Deletions() (n uint64, ok bool)
+}
+
 // Store is the whole seam: the embedded disk store, the in-memory fake and
 // later the remote tiers implement it, and cas/castest holds them to it.
 type Store interface {

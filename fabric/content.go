@@ -49,6 +49,8 @@ type countingStore struct {
 var (
 	_ cas.Store   = (*countingStore)(nil)
 	_ cas.Batcher = (*countingStore)(nil)
+
+	_ cas.DeletionCounter = (*countingStore)(nil)
 )
 
 func newCountingStore(s cas.Store) *countingStore {
@@ -62,6 +64,15 @@ func newCountingStore(s cas.Store) *countingStore {
 
 // Unwrap returns the decorated store.
 func (c *countingStore) Unwrap() cas.Store { return c.Store }
+
+// Deletions implements cas.DeletionCounter for the decorated store (its
+// Deletes all reach it).
+func (c *countingStore) Deletions() (uint64, bool) {
+	if dc, ok := c.Store.(cas.DeletionCounter); ok {
+		return dc.Deletions()
+	}
+	return 0, false
+}
 
 // stripe is the lock that orders Deletes and records of id.
 func (c *countingStore) stripe(id cas.ID) *sync.Mutex {

@@ -370,6 +370,48 @@ func TestTrackerRecords(t *testing.T) {
 	}
 }
 
+// Note records an id in the open epoch without asking the store, so a
+// collection keeps it, and the Tracker forwards its store's deletion count
+// (ok false for a store that does not count).
+func TestTrackerNoteProtects(t *testing.T) {
+	ctx := context.Background()
+	if _, ok := gc.NewTracker(mem.New()).Deletions(); ok {
+		t.Error("a Tracker over the memory store claims to count deletions")
+	}
+	st, err := local.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tr := gc.NewTracker(st)
+	noted, other := putBlob(t, st, "noted").ID, putBlob(t, st, "other").ID
+	n0, ok := tr.Deletions()
+	if !ok {
+		t.Fatal("a Tracker over the disk store does not count deletions")
+	}
+	ep, err := tr.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.End()
+	ctx, rec := gc.WithRecorder(ctx)
+	tr.Note(ctx, noted)
+	if !ep.Protected(noted) || rec.Len() != 1 {
+		t.Fatalf("Note: protected %v, %d recorded; want true, 1", ep.Protected(noted), rec.Len())
+	}
+	for id, want := range map[cas.ID]bool{noted: false, other: true} {
+		if _, deleted, err := tr.DeleteUnless(ctx, id, func(cas.ID) bool { return false }); err != nil || deleted != want {
+			t.Fatalf("DeleteUnless: deleted %v, %v; want %v", deleted, err, want)
+		}
+	}
+	if ok, _ := st.Has(ctx, noted); !ok {
+		t.Fatal("the noted object was collected")
+	}
+	if n, _ := tr.Deletions(); n == n0 {
+		t.Fatal("a collection's deletion did not move the count")
+	}
+}
+
 // TestDeleteUnlessOrdersWriters stores, through the Tracker, the very object
 // the sweep is deleting, from inside the deletion: the writer's record waits
 // for the deletion, so its Put finds nothing and stores the object again.

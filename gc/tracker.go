@@ -50,9 +50,10 @@ type session struct {
 }
 
 var (
-	_ cas.Store      = (*Tracker)(nil)
-	_ cas.Batcher    = (*Tracker)(nil)
-	_ GuardedDeleter = (*Tracker)(nil)
+	_ cas.Store           = (*Tracker)(nil)
+	_ cas.Batcher         = (*Tracker)(nil)
+	_ GuardedDeleter      = (*Tracker)(nil)
+	_ cas.DeletionCounter = (*Tracker)(nil)
 )
 
 // NewTracker wraps s.
@@ -173,6 +174,24 @@ func (t *Tracker) Has(ctx context.Context, id cas.ID) (bool, error) {
 	t.record(id)
 	recordCtx(ctx, id)
 	return t.s.Has(ctx, id)
+}
+
+// Note records id as Has does, without asking the store: for a caller
+// that knows id is stored (its store's cas.DeletionCounter has not moved
+// since it saw it). A collection running meanwhile keeps id, as it keeps
+// what Has found.
+func (t *Tracker) Note(ctx context.Context, id cas.ID) {
+	t.record(id)
+	recordCtx(ctx, id)
+}
+
+// Deletions implements cas.DeletionCounter for the wrapped store (ok
+// false when it does not count).
+func (t *Tracker) Deletions() (uint64, bool) {
+	if dc, ok := t.s.(cas.DeletionCounter); ok {
+		return dc.Deletions()
+	}
+	return 0, false
 }
 
 // Stat implements cas.Statter.

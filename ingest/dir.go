@@ -67,6 +67,9 @@ func importDir(ctx context.Context, st Store, root string, base cas.ID, overlay 
 	}
 	// An upper directory holds what an attempt wrote: new content.
 	d.hashFirst.Store(!overlay && !opts.NewContent)
+	if dc, ok := st.(cas.DeletionCounter); ok && d.statCache().bind(dc) {
+		d.deletions = dc
+	}
 	defer d.obj.abort()
 	b := cas.NewBuilder(st, base)
 	s, err := d.run(ctx, b)
@@ -81,6 +84,9 @@ func importDir(ctx context.Context, st Store, root string, base cas.ID, overlay 
 		}
 		return Result{}, fmt.Errorf("%s %s: %w", kind, path, err)
 	}
+	// Every object is published now: what the import read is present as
+	// of the count read before it was read.
+	d.statCache().confirm(d.read)
 	logDone(opts.Logger, kind, path, id, &s)
 	return Result{Root: id, Stats: s}, nil
 }
@@ -118,6 +124,46 @@ type dirImport struct {
 	// file). It starts true for Dir, unless Options.NewContent, and false
 	// for Upper, then follows the last large file.
 	hashFirst atomic.Bool
+
+	// deletions is the store's deletion counter when the StatCache may
+	// trust it (see trusted); nil: every hit asks the store.
+	deletions cas.DeletionCounter
+	// read lists the files this import read and remembered, confirmed
+	// present in the StatCache once its objects are published (finish).
+	readMu sync.Mutex
+	read   []presentFile
+}
+
+// noter is a store that records an id as Has does without asking the
+// disk (gc.Tracker.Note).
+type noter interface {
+	Note(ctx context.Context, id cas.ID)
+}
+
+// trusted reports whether the object id of a StatCache hit whose present
+// stamp is present is stored without asking the store: its deletion count
+// has not moved since the object was known stored. It tells a collection
+// running meanwhile that the import uses id first, as Has would: a
+// deletion the collection starts after that keeps id, and one that
+// started before moved the count already.
+func (d *dirImport) trusted(ctx context.Context, id cas.ID, present uint64) bool {
+	if d.deletions == nil || present == 0 {
+		return false
+	}
+	if n, ok := d.st.(noter); ok {
+		n.Note(ctx, id)
+	}
+	n, ok := d.deletions.Deletions()
+	return ok && n+1 == present
+}
+
+// count returns the store's deletion count now, ok false when the
+// StatCache does not trust it.
+func (d *dirImport) count() (uint64, bool) {
+	if d.deletions == nil {
+		return 0, false
+	}
+	return d.deletions.Deletions()
 }
 
 type dirJob struct {
@@ -511,14 +557,22 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 		MtimeNs: timeNs(st.Mtim.Sec, st.Mtim.Nsec),
 	}
 	// A regular file unchanged since an earlier import (see StatCache):
-	// its content is only asked of the store, which also tells a
-	// collection the object is used, and re-read if the store lost it.
+	// its content is trusted stored if the store removed nothing since it
+	// was known stored, else asked of the store; either tells a collection
+	// the object is used. It is re-read if the store lost it.
 	cache := d.statCache()
 	if typ == unix.S_IFREG {
-		if id, xs, ok := cache.lookup(&st); ok {
-			has, err := d.st.Has(ctx, id)
-			if err != nil {
-				return r, fmt.Errorf("import %s: %w", p, err)
+		if id, xs, present, ok := cache.lookup(&st); ok {
+			has := d.trusted(ctx, id, present)
+			if !has {
+				n, counted := d.count() // before the check: see cas.DeletionCounter
+				var err error
+				if has, err = d.st.Has(ctx, id); err != nil {
+					return r, fmt.Errorf("import %s: %w", p, err)
+				}
+				if has && counted {
+					cache.confirm([]presentFile{{f: fileOf(&st), id: id, n: n}})
+				}
 			}
 			if has {
 				e.Type, e.ID, e.Size, e.Xattrs = cas.TypeFile, id, st.Size, xs
@@ -541,13 +595,16 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 	case unix.S_IFREG:
 		e.Type = cas.TypeFile
 		start := cache.now()
+		n, counted := d.count()
 		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, j.rel, p, &st, e.Xattrs, buf.get())
 		if err != nil {
 			return r, err
 		}
 		r.bytes = e.Size
-		if len(e.Holes) == 0 && e.Size == st.Size {
-			cache.remember(&st, e.ID, e.Xattrs, start)
+		if len(e.Holes) == 0 && e.Size == st.Size && cache.remember(&st, e.ID, e.Xattrs, start) && counted {
+			d.readMu.Lock()
+			d.read = append(d.read, presentFile{f: fileOf(&st), id: e.ID, n: n})
+			d.readMu.Unlock()
 		}
 	case unix.S_IFLNK:
 		e.Type = cas.TypeSymlink

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"math/bits"
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,9 @@ import (
 // and that did not change since, as git's index does for `git status`: per
 // file (device and inode) it remembers the size, mtime and ctime (all in
 // nanoseconds) and the id of the content it read. A file whose lstat
-// matches all five is taken as unchanged: Dir asks the store whether
-// it still has the object (which also tells a collection running meanwhile
-// that the import uses it) and reads nothing. Any difference, a missing
+// matches all five is taken as unchanged: Dir makes sure the store still
+// has the object (which also tells a collection running meanwhile that the
+// import uses it) and reads nothing. Any difference, a missing
 // object or a sparse file (whose holes are not cached) reads the file as
 // usual. The file's xattrs are remembered with it (setting one moves the
 // ctime), so a hit lists none either.
@@ -36,6 +37,23 @@ import (
 // ctime cannot be set from user space, so a tool that restores mtime after
 // writing (touch -r, rsync -t, tar -x) does not hide a change either.
 //
+// Making sure the object is stored costs a stat of it in the store, about
+// twice the file's own lstat, so Dir skips it when the store counts its
+// deletions (cas.DeletionCounter: the disk store, through the GC tracker)
+// and removed nothing since the object was last known stored: each entry
+// holds the count at that moment, set once the import that read the file
+// has published its objects (before, they may sit in an unpublished batch)
+// or when a hit's Has found the object, from the count read before the
+// read or the Has, so a removal racing either leaves the entry to be
+// checked again. A trusted hit still records the id for a collection
+// (gc.Tracker.Note), before it reads the count: a collection's deletion
+// either sees the record and keeps the object, or moved the count first.
+// The cache binds to the first counting store an import uses; imports into
+// any other store, and through stores that do not count (a remote tier, a
+// test's fake), ask about every hit. As with git's index, which never
+// checks that its objects exist, an unchanged tree then re-imports at the
+// cost of its lstats.
+//
 // Keyed by device and inode rather than path, an entry holds no string. A
 // hard link or a rename of an unchanged file is still the same content; a
 // new file on a reused inode has a ctime after the old one was remembered
@@ -43,14 +61,16 @@ import (
 //
 // The cache lives in memory, per daemon process, and holds at most its
 // bound of files (when full, remembering one forgets another). An entry is
-// a packed record of 72 bytes (inode, size, mtime, ctime, content id,
-// device) in one open-addressing table (linear probing), mapped outside the
-// Go heap (see allocSlots), so it costs no map or collector overhead:
-// at most 7/8 of its slots are used, so a file costs 72-82 bytes, plus a
-// table doubling's transient. The default bound, a million files, is at
-// most 86 MiB. Xattrs are rare and kept in a side map, only for the files
-// that have some. A StatCache is safe for concurrent use. Upper (seals)
-// never uses it: an attempt's writes are new content.
+// a packed record of 80 bytes (inode, size, mtime, ctime, content id,
+// deletion count, device) in one open-addressing table (linear probing),
+// mapped outside the Go heap (see allocSlots), so it costs no map or
+// collector overhead: at most 7/8 of its slots are used, so a file costs
+// 80-92 bytes, plus a table doubling's transient, and an import keeps 56
+// bytes per file it reads until it confirms them. The default bound, a
+// million files, is at most 92 MiB. Xattrs are rare and kept in a side
+// map, only for the files that have some. A StatCache is safe for
+// concurrent use. Upper (seals) never uses it: an attempt's writes are new
+// content.
 type StatCache struct {
 	mu      sync.Mutex
 	slots   []statEntry            // len 0 or the capacity; ino 0 marks a free slot
@@ -60,6 +80,9 @@ type StatCache struct {
 	max     int
 	racy    time.Duration
 	nowFunc func() time.Time
+	// counter is the store whose deletion counts the entries' present
+	// fields hold (see trust); set by the first import that binds it.
+	counter cas.DeletionCounter
 }
 
 // RacyWindow is how much older than the start of its read a file's mtime and
@@ -67,7 +90,7 @@ type StatCache struct {
 const RacyWindow = time.Second
 
 // DefaultStatCacheEntries bounds a StatCache made with NewStatCache(0): a
-// million files, at most 86 MiB of the daemon's memory (about 82 bytes a
+// million files, at most 92 MiB of the daemon's memory (about 92 bytes a
 // file, see StatCache), so an import of a huge tree is remembered whole
 // within the daemon's memory budget of issue #15.
 const DefaultStatCacheEntries = 1 << 20
@@ -75,11 +98,14 @@ const DefaultStatCacheEntries = 1 << 20
 // fileID names a file: its device and inode.
 type fileID struct{ dev, ino uint64 }
 
-// statEntry is one remembered file, packed: 72 bytes, no pointer.
+// statEntry is one remembered file, packed: 80 bytes, no pointer.
 type statEntry struct {
 	ino uint64 // 0: a free slot (no file has inode 0)
 	statKey
-	id        cas.ID
+	id cas.ID
+	// present is 1 + the store's cas.DeletionCounter count at which id
+	// was last known stored (0: not known; see StatCache).
+	present   uint64
 	dev       uint32 // st_dev as the kernel encodes it (files on a device beyond 32 bits are not remembered)
 	hasXattrs bool
 }
@@ -120,27 +146,66 @@ func keyOf(st *unix.Stat_t) statKey {
 }
 
 // lookup returns the id and the xattrs remembered for the file st
-// describes if st matches them. Any change of a file's xattrs moves its ctime too, so they need not
-// be listed again (the slice is the caller's).
-func (c *StatCache) lookup(st *unix.Stat_t) (cas.ID, []cas.Xattr, bool) {
+// describes if st matches them, and the entry's present stamp (see trust).
+// Any change of a file's xattrs moves its ctime too, so they need not be
+// listed again (the slice is the caller's).
+func (c *StatCache) lookup(st *unix.Stat_t) (cas.ID, []cas.Xattr, uint64, bool) {
 	if c == nil {
-		return cas.ZeroID, nil, false
+		return cas.ZeroID, nil, 0, false
 	}
 	f := fileOf(st)
 	if !cacheable(f) {
-		return cas.ZeroID, nil, false
+		return cas.ZeroID, nil, 0, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	i, ok := c.find(f)
 	if !ok || c.slots[i].statKey != keyOf(st) {
-		return cas.ZeroID, nil, false
+		return cas.ZeroID, nil, 0, false
 	}
 	var xs []cas.Xattr
 	if c.slots[i].hasXattrs {
 		xs = cloneXattrs(c.xattrs[f])
 	}
-	return c.slots[i].id, xs, true
+	return c.slots[i].id, xs, c.slots[i].present, true
+}
+
+// bind reports whether the entries' present stamps may be read against
+// dc's counts: dc is the counter the cache was first bound to (an import
+// into another store, or through another wrapper, checks every hit).
+func (c *StatCache) bind(dc cas.DeletionCounter) bool {
+	if c == nil || dc == nil || !reflect.TypeOf(dc).Comparable() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counter == nil {
+		c.counter = dc
+	}
+	return c.counter == dc
+}
+
+// presentFile is a file whose object was stored when the store's deletion
+// count was n (read before the check or the read that found it so).
+type presentFile struct {
+	f  fileID
+	id cas.ID
+	n  uint64
+}
+
+// confirm stamps the entries of files, if they still hold the same ids,
+// as present at their counts.
+func (c *StatCache) confirm(files []presentFile) {
+	if c == nil || len(files) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range files {
+		if i, ok := c.find(p.f); ok && c.slots[i].id == p.id {
+			c.slots[i].present = p.n + 1
+		}
+	}
 }
 
 func cloneXattrs(xs []cas.Xattr) []cas.Xattr {
@@ -164,15 +229,17 @@ func (c *StatCache) now() time.Time {
 }
 
 // remember records that the file whose lstat before the read (which
-// started at readStart) was st holds id and has xattrs; unless the file is
-// racy (see StatCache).
-func (c *StatCache) remember(st *unix.Stat_t, id cas.ID, xattrs []cas.Xattr, readStart time.Time) {
+// started at readStart) was st holds id and has xattrs, and reports
+// whether it did: not for a racy file (see StatCache). The entry is not
+// yet known present: the import's objects may still be in an unpublished
+// batch (see confirm).
+func (c *StatCache) remember(st *unix.Stat_t, id cas.ID, xattrs []cas.Xattr, readStart time.Time) bool {
 	if c == nil {
-		return
+		return false
 	}
 	f := fileOf(st)
 	if !cacheable(f) {
-		return
+		return false
 	}
 	k := keyOf(st)
 	limit := readStart.Add(-c.racy).UnixNano()
@@ -180,7 +247,7 @@ func (c *StatCache) remember(st *unix.Stat_t, id cas.ID, xattrs []cas.Xattr, rea
 	defer c.mu.Unlock()
 	if k.mtime >= limit || k.ctime >= limit {
 		c.forget(f)
-		return
+		return false
 	}
 	e := statEntry{ino: f.ino, statKey: k, id: id, dev: uint32(f.dev), hasXattrs: len(xattrs) > 0}
 	i, ok := c.find(f)
@@ -202,6 +269,7 @@ func (c *StatCache) remember(st *unix.Stat_t, id cas.ID, xattrs []cas.Xattr, rea
 	if e.hasXattrs {
 		c.xattrs[f] = cloneXattrs(xattrs)
 	}
+	return true
 }
 
 // cacheable reports whether the cache can hold f: its inode is not 0 (the

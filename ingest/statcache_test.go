@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/cas"
+	"github.com/esf-dev/esf/cas/local"
 )
 
 // importCounting imports dir with cache and returns the root and the file
@@ -211,10 +213,10 @@ func TestStatCacheStaysWithinItsBound(t *testing.T) {
 
 // The packed table agrees with a plain map through inserts, updates,
 // forgets (racy files) and evictions at its bound, on colliding inodes of
-// several devices; an entry stays 72 bytes.
+// several devices; an entry stays 80 bytes.
 func TestStatCacheTableMatchesAMap(t *testing.T) {
-	if n := unsafe.Sizeof(statEntry{}); n != 72 {
-		t.Fatalf("a stat cache entry is %d bytes, want 72", n)
+	if n := unsafe.Sizeof(statEntry{}); n != 80 {
+		t.Fatalf("a stat cache entry is %d bytes, want 80", n)
 	}
 	for _, bound := range []int{1, 7, 100, 1000} {
 		c := laterCache()
@@ -252,14 +254,14 @@ func TestStatCacheTableMatchesAMap(t *testing.T) {
 					}
 				}
 				ref[f] = val{keyOf(&st), id}
-				if got, _, ok := c.lookup(&st); !ok || got != id {
+				if got, _, _, ok := c.lookup(&st); !ok || got != id {
 					t.Fatalf("bound %d step %d: just remembered %v, lookup %v %v", bound, step, f, ok, got)
 				}
 				if gotXs := c.xattrs[f]; len(gotXs) != len(xs) {
 					t.Fatalf("bound %d step %d: xattrs %v, want %v", bound, step, gotXs, xs)
 				}
 			default:
-				got, _, ok := c.lookup(&st)
+				got, _, _, ok := c.lookup(&st)
 				want, wok := ref[f]
 				wok = wok && want.key == keyOf(&st)
 				if ok != wok || (ok && got != want.id) {
@@ -341,4 +343,121 @@ func TestStatCacheHeapTableIsNotUnmapped(t *testing.T) {
 		}
 	}
 	runtime.KeepAlive(c)
+}
+
+// hasCounting is a store that counts the Has calls of the ids in files.
+type hasCounting struct {
+	*local.Store
+	files map[cas.ID]bool
+	n     atomic.Int64
+}
+
+func (s *hasCounting) Has(ctx context.Context, id cas.ID) (bool, error) {
+	if s.files[id] {
+		s.n.Add(1)
+	}
+	return s.Store.Has(ctx, id)
+}
+
+// uncounted hides its store's deletion counter.
+type uncounted struct{ Store }
+
+func openCounting(t *testing.T) *hasCounting {
+	t.Helper()
+	st, err := local.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &hasCounting{Store: st, files: map[cas.ID]bool{}}
+}
+
+// fileIDs adds the ids of root's regular files to s.files and returns the
+// one of name.
+func (s *hasCounting) fileIDs(t *testing.T, root cas.ID, name string) cas.ID {
+	t.Helper()
+	var id cas.ID
+	for p, e := range flatten(t, s, root) {
+		if e.Type == cas.TypeFile {
+			s.files[e.ID] = true
+			if p == name {
+				id = e.ID
+			}
+		}
+	}
+	return id
+}
+
+// A store that counts its deletions and deleted nothing since the files
+// were imported is not asked about them again; after a deletion every hit
+// is checked once more, the lost object read and stored again, and then
+// trusted again.
+func TestStatCacheTrustsAStoreThatDeletedNothing(t *testing.T) {
+	st := openCounting(t)
+	dir := statCacheTree(t)
+	cache := laterCache()
+	first, _ := importCounting(t, st, dir, cache)
+	a := st.fileIDs(t, first.Root, "a")
+	for i := range 2 {
+		again, read := importCounting(t, st, dir, cache)
+		if again.Root != first.Root || read != 0 || st.n.Load() != 0 {
+			t.Fatalf("re-import %d: root %s (first %s), %d bytes read, %d Has of files; want the same root, 0, 0",
+				i, again.Root.Short(), first.Root.Short(), read, st.n.Load())
+		}
+	}
+
+	if err := st.Delete(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	again, read := importCounting(t, st, dir, cache)
+	// 3 hits asked, and a's content once read (objects.putBytes asks).
+	if again.Root != first.Root || read != int64(len("alpha")) || st.n.Load() != 4 {
+		t.Fatalf("after a deletion: root %s, %d bytes read, %d Has of files; want the same root, %d, 4",
+			again.Root.Short(), read, st.n.Load(), len("alpha"))
+	}
+	if ok, err := st.Store.Has(context.Background(), a); err != nil || !ok {
+		t.Fatalf("a not stored again: %v, %v", ok, err)
+	}
+	st.n.Store(0)
+	if _, read := importCounting(t, st, dir, cache); read != 0 || st.n.Load() != 0 {
+		t.Fatalf("once checked again: %d bytes read, %d Has of files; want 0, 0", read, st.n.Load())
+	}
+}
+
+// A store without a deletion counter is asked about every hit, every time.
+func TestStatCacheChecksAStoreWithoutACounter(t *testing.T) {
+	st := openCounting(t)
+	dir := statCacheTree(t)
+	cache := laterCache()
+	first, _ := importCounting(t, uncounted{st}, dir, cache)
+	st.fileIDs(t, first.Root, "")
+	for i := range 2 {
+		if _, read := importCounting(t, uncounted{st}, dir, cache); read != 0 || st.n.Load() != int64(3*(i+1)) {
+			t.Fatalf("re-import %d: %d bytes read, %d Has of files in all; want 0, %d", i, read, st.n.Load(), 3*(i+1))
+		}
+	}
+}
+
+// What an import read is trusted present only once the import published
+// its objects (an import that fails drops its last batch): an entry
+// remembered by a read and not confirmed since is asked about once, then
+// trusted.
+func TestStatCacheTrustsOnlyConfirmedEntries(t *testing.T) {
+	st := openCounting(t)
+	dir := statCacheTree(t)
+	cache := laterCache()
+	first, _ := importCounting(t, st, dir, cache)
+	id := st.fileIDs(t, first.Root, "a")
+	var stt unix.Stat_t
+	if err := unix.Lstat(filepath.Join(dir, "a"), &stt); err != nil {
+		t.Fatal(err)
+	}
+	if !cache.remember(&stt, id, nil, time.Now().Add(time.Hour)) {
+		t.Fatal("a not remembered")
+	}
+	for i, want := range []int64{1, 1} {
+		if _, read := importCounting(t, st, dir, cache); read != 0 || st.n.Load() != want {
+			t.Fatalf("re-import %d: %d bytes read, %d Has of files in all; want 0, %d", i, read, st.n.Load(), want)
+		}
+	}
 }

@@ -34,6 +34,16 @@
 // Delete does not fsync: an object that reappears after a crash is garbage
 // the next collection removes again.
 //
+// Removals are counted (Deletions, cas.DeletionCounter): the count moves
+// before an object is unlinked and again after, for Delete and for Open's
+// redo of a damaged logged object (removed and at once written again;
+// counted all the same, since in between it is missing). A caller that
+// read the count before it saw an object present may, while the count
+// has not moved, take the object as still present without a stat
+// (ingest.StatCache, whose re-import hits skip the store's Has so). The
+// count is this Store's, in memory: it covers removals through it only,
+// which is every removal while the daemon holds the store.
+//
 // Invariants: a file under objects/ always holds bytes whose BLAKE3-256 is its
 // name, unless the disk corrupted it or a machine crash lost a logged
 // object's unflushed bytes (repaired by the next Open, see below); Get hashes what it serves and ends with

@@ -85,6 +85,9 @@ type Store struct {
 	// objDir is the objects directory held open for Stat (nil where it
 	// cannot be; see objectsDir).
 	objDir *objectsDir
+	// deletions counts removals of objects, twice each: before the
+	// unlink and after it (see Deletions).
+	deletions atomic.Uint64
 	// log makes small batches durable with one fdatasync (redolog.go);
 	// nil in a store opened read-mostly (negative StaleTempAge) or
 	// elsewhere than Linux.
@@ -128,7 +131,10 @@ func removeRetired(names map[cas.ID][]string) {
 	}
 }
 
-var _ cas.Store = (*Store)(nil)
+var (
+	_ cas.Store           = (*Store)(nil)
+	_ cas.DeletionCounter = (*Store)(nil)
+)
 
 // Open opens the store in dir, creating it if needed. It fsyncs every
 // existing fan-out directory, so objects a crashed process published but
@@ -353,7 +359,8 @@ func (s *Store) Delete(ctx context.Context, id cas.ID) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
-	if err := os.Remove(s.Path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	err := s.removeObject(id)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	// Its redo record would keep the space and could bring it back.
@@ -366,6 +373,24 @@ func (s *Store) Delete(ctx context.Context, id cas.ID) error {
 	}
 	return nil
 }
+
+// removeObject unlinks the object id, counting the removal (see
+// Deletions), whether or not it was there.
+func (s *Store) removeObject(id cas.ID) error {
+	s.deletions.Add(1)
+	defer s.deletions.Add(1)
+	return os.Remove(s.Path(id))
+}
+
+// Deletions implements cas.DeletionCounter: it moves before any object
+// leaves objects/ (Delete, or Open's redo of a damaged one) and again after
+// the unlink. So a count read before a check that found an object present
+// is still current only if no removal took effect after the check, and one
+// that is still current says no removal has even started since: the
+// object is there. It counts what this Store removes, not what another
+// process removes from the same directory (none does: only the daemon
+// that owns a store collects it).
+func (s *Store) Deletions() (uint64, bool) { return s.deletions.Load(), true }
 
 // objectError wraps err from touching the file of id, mapping a missing file
 // to cas.ErrNotFound.

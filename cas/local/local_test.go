@@ -341,3 +341,38 @@ func BenchmarkGet4K(b *testing.B) {
 		}
 	}
 }
+
+// Deletions moves with every Delete, of a present object or not, and with
+// nothing else (Puts, Gets, Stats).
+func TestDeletionsCountsRemovals(t *testing.T) {
+	s, err := local.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	n0, ok := s.Deletions()
+	if !ok {
+		t.Fatal("the disk store does not count deletions")
+	}
+	info, _, err := s.Put(ctx, strings.NewReader("counted"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stat(ctx, info.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Deletions(); n != n0 {
+		t.Fatalf("a Put and a Stat moved the count %d -> %d", n0, n)
+	}
+	for i := range 2 { // present, then already gone
+		if err := s.Delete(ctx, info.ID); err != nil {
+			t.Fatal(err)
+		}
+		n, _ := s.Deletions()
+		if n <= n0 {
+			t.Fatalf("Delete %d left the count at %d", i, n)
+		}
+		n0 = n
+	}
+}

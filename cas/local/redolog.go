@@ -164,7 +164,9 @@ func (s *Store) redo(id cas.ID, data []byte) error {
 		s.fanout[id[0]].Store(false)
 		return s.ensureFanout(id, syncDir)
 	}
-	if err := os.Remove(s.Path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// Counted as a removal (see Deletions), though the object is written
+	// again at once: in between it is missing.
+	if err := s.removeObject(id); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	s.fanout[id[0]].Store(false) // made again, durably, by Put
