@@ -67,8 +67,18 @@ func importDir(ctx context.Context, st Store, root string, base cas.ID, overlay 
 	}
 	// An upper directory holds what an attempt wrote: new content.
 	d.hashFirst.Store(!overlay && !opts.NewContent)
+	published := false
 	if dc, ok := st.(cas.DeletionCounter); ok && d.statCache().bind(dc) {
 		d.deletions = dc
+		if n, ok := dc.Deletions(); ok {
+			d.token = d.statCache().beginImport(n)
+			// Resolved after finish below; forgotten on any failure.
+			defer func() {
+				if !published {
+					d.statCache().endImport(d.token, false)
+				}
+			}()
+		}
 	}
 	defer d.obj.abort()
 	b := cas.NewBuilder(st, base)
@@ -85,8 +95,9 @@ func importDir(ctx context.Context, st Store, root string, base cas.ID, overlay 
 		return Result{}, fmt.Errorf("%s %s: %w", kind, path, err)
 	}
 	// Every object is published now: what the import read is present as
-	// of the count read before it was read.
-	d.statCache().confirm(d.read)
+	// of the count read when it started.
+	d.statCache().endImport(d.token, true)
+	published = true
 	logDone(opts.Logger, kind, path, id, &s)
 	return Result{Root: id, Stats: s}, nil
 }
@@ -128,10 +139,9 @@ type dirImport struct {
 	// deletions is the store's deletion counter when the StatCache may
 	// trust it (see trusted); nil: every hit asks the store.
 	deletions cas.DeletionCounter
-	// read lists the files this import read and remembered, confirmed
-	// present in the StatCache once its objects are published (finish).
-	readMu sync.Mutex
-	read   []presentFile
+	// token is the present stamp of the files this import reads (see
+	// StatCache.beginImport); 0 without deletions.
+	token uint64
 }
 
 // noter is a store that records an id as Has does without asking the
@@ -571,7 +581,7 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 					return r, fmt.Errorf("import %s: %w", p, err)
 				}
 				if has && counted {
-					cache.confirm([]presentFile{{f: fileOf(&st), id: id, n: n}})
+					cache.confirm(&st, id, n)
 				}
 			}
 			if has {
@@ -595,16 +605,13 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 	case unix.S_IFREG:
 		e.Type = cas.TypeFile
 		start := cache.now()
-		n, counted := d.count()
 		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, j.rel, p, &st, e.Xattrs, buf.get())
 		if err != nil {
 			return r, err
 		}
 		r.bytes = e.Size
-		if len(e.Holes) == 0 && e.Size == st.Size && cache.remember(&st, e.ID, e.Xattrs, start) && counted {
-			d.readMu.Lock()
-			d.read = append(d.read, presentFile{f: fileOf(&st), id: e.ID, n: n})
-			d.readMu.Unlock()
+		if len(e.Holes) == 0 && e.Size == st.Size {
+			cache.rememberAs(&st, e.ID, e.Xattrs, start, d.token)
 		}
 	case unix.S_IFLNK:
 		e.Type = cas.TypeSymlink

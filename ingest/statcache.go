@@ -41,11 +41,12 @@ import (
 // twice the file's own lstat, so Dir skips it when the store counts its
 // deletions (cas.DeletionCounter: the disk store, through the GC tracker)
 // and removed nothing since the object was last known stored: each entry
-// holds the count at that moment, set once the import that read the file
-// has published its objects (before, they may sit in an unpublished batch)
-// or when a hit's Has found the object, from the count read before the
-// read or the Has, so a removal racing either leaves the entry to be
-// checked again. A trusted hit still records the id for a collection
+// holds the count at that moment: for a file an import read, the count
+// when the import started, valid once the import has published its
+// objects (before, they may sit in an unpublished batch; the entry holds
+// a token of the import until then, see beginImport), and for a hit whose
+// Has found the object, the count read before the Has; so a removal
+// racing either leaves the entry to be checked again. A trusted hit still records the id for a collection
 // (gc.Tracker.Note), before it reads the count: a collection's deletion
 // either sees the record and keeps the object, or moved the count first.
 // The cache binds to the first counting store an import uses; imports into
@@ -65,8 +66,7 @@ import (
 // deletion count, device) in one open-addressing table (linear probing),
 // mapped outside the Go heap (see allocSlots), so it costs no map or
 // collector overhead: at most 7/8 of its slots are used, so a file costs
-// 80-92 bytes, plus a table doubling's transient, and an import keeps 56
-// bytes per file it reads until it confirms them. The default bound, a
+// 80-92 bytes, plus a table doubling's transient. The default bound, a
 // million files, is at most 92 MiB. Xattrs are rare and kept in a side
 // map, only for the files that have some. A StatCache is safe for
 // concurrent use. Upper (seals) never uses it: an attempt's writes are new
@@ -81,8 +81,13 @@ type StatCache struct {
 	racy    time.Duration
 	nowFunc func() time.Time
 	// counter is the store whose deletion counts the entries' present
-	// fields hold (see trust); set by the first import that binds it.
+	// fields hold (see StatCache); set by the first import that binds it.
 	counter cas.DeletionCounter
+	// imports holds the recent imports' tokens (see beginImport), order
+	// them oldest first; seq numbers them.
+	imports map[uint64]importState
+	order   []uint64
+	seq     uint64
 }
 
 // RacyWindow is how much older than the start of its read a file's mtime and
@@ -167,7 +172,7 @@ func (c *StatCache) lookup(st *unix.Stat_t) (cas.ID, []cas.Xattr, uint64, bool) 
 	if c.slots[i].hasXattrs {
 		xs = cloneXattrs(c.xattrs[f])
 	}
-	return c.slots[i].id, xs, c.slots[i].present, true
+	return c.slots[i].id, xs, c.resolve(i), true
 }
 
 // bind reports whether the entries' present stamps may be read against
@@ -185,26 +190,88 @@ func (c *StatCache) bind(dc cas.DeletionCounter) bool {
 	return c.counter == dc
 }
 
-// presentFile is a file whose object was stored when the store's deletion
-// count was n (read before the check or the read that found it so).
-type presentFile struct {
-	f  fileID
-	id cas.ID
-	n  uint64
+// An import's token stands, in the present stamps of the entries it
+// remembers, for the deletion count read when it started, until it has
+// published its objects (see beginImport).
+const importToken = 1 << 63
+
+// maxImportTokens bounds the tokens kept: an entry whose token was
+// dropped is checked by the next hit, as an unconfirmed one.
+const maxImportTokens = 64
+
+// importState is an import's count at its start, and whether it has
+// published its objects.
+type importState struct {
+	n    uint64
+	done bool
 }
 
-// confirm stamps the entries of files, if they still hold the same ids,
-// as present at their counts.
-func (c *StatCache) confirm(files []presentFile) {
-	if c == nil || len(files) == 0 {
+// beginImport returns the present stamp the files an import starting now,
+// with the store's deletion count at n, remember: a token, resolved to n
+// once the import calls endImport(tok, true), and never if it fails.
+func (c *StatCache) beginImport(n uint64) uint64 {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	tok := importToken | c.seq
+	if c.imports == nil {
+		c.imports = map[uint64]importState{}
+	}
+	c.imports[tok] = importState{n: n}
+	c.order = append(c.order, tok)
+	for len(c.order) > maxImportTokens {
+		delete(c.imports, c.order[0])
+		c.order = c.order[1:]
+	}
+	return tok
+}
+
+// endImport resolves tok (published) or forgets it (failed).
+func (c *StatCache) endImport(tok uint64, published bool) {
+	if c == nil || tok == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, p := range files {
-		if i, ok := c.find(p.f); ok && c.slots[i].id == p.id {
-			c.slots[i].present = p.n + 1
-		}
+	st, ok := c.imports[tok]
+	if !ok {
+		return
+	}
+	if published {
+		st.done = true
+		c.imports[tok] = st
+	} else {
+		delete(c.imports, tok)
+	}
+}
+
+// resolve returns the present stamp of slot i, its import's token
+// replaced by that import's count once it published; the caller holds mu.
+func (c *StatCache) resolve(i int) uint64 {
+	p := c.slots[i].present
+	if p&importToken == 0 {
+		return p
+	}
+	if st, ok := c.imports[p]; ok && st.done {
+		c.slots[i].present = st.n + 1
+		return st.n + 1
+	}
+	return 0
+}
+
+// confirm stamps the entry of the file st describes, if it still holds
+// id, as present at count n.
+func (c *StatCache) confirm(st *unix.Stat_t, id cas.ID, n uint64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i, ok := c.find(fileOf(st)); ok && c.slots[i].id == id {
+		c.slots[i].present = n + 1
 	}
 }
 
@@ -231,9 +298,15 @@ func (c *StatCache) now() time.Time {
 // remember records that the file whose lstat before the read (which
 // started at readStart) was st holds id and has xattrs, and reports
 // whether it did: not for a racy file (see StatCache). The entry is not
-// yet known present: the import's objects may still be in an unpublished
-// batch (see confirm).
+// known present.
 func (c *StatCache) remember(st *unix.Stat_t, id cas.ID, xattrs []cas.Xattr, readStart time.Time) bool {
+	return c.rememberAs(st, id, xattrs, readStart, 0)
+}
+
+// rememberAs is remember with the entry's present stamp: an import's
+// token (beginImport), since its objects may still sit in an unpublished
+// batch.
+func (c *StatCache) rememberAs(st *unix.Stat_t, id cas.ID, xattrs []cas.Xattr, readStart time.Time, present uint64) bool {
 	if c == nil {
 		return false
 	}
@@ -249,7 +322,7 @@ func (c *StatCache) remember(st *unix.Stat_t, id cas.ID, xattrs []cas.Xattr, rea
 		c.forget(f)
 		return false
 	}
-	e := statEntry{ino: f.ino, statKey: k, id: id, dev: uint32(f.dev), hasXattrs: len(xattrs) > 0}
+	e := statEntry{ino: f.ino, statKey: k, id: id, present: present, dev: uint32(f.dev), hasXattrs: len(xattrs) > 0}
 	i, ok := c.find(f)
 	if !ok {
 		if c.n >= c.max {

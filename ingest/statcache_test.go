@@ -461,3 +461,37 @@ func TestStatCacheTrustsOnlyConfirmedEntries(t *testing.T) {
 		}
 	}
 }
+
+// A file an import read is known present, at the count the import started
+// with, only once that import published its objects; never if it failed.
+func TestStatCacheImportTokens(t *testing.T) {
+	c := laterCache()
+	dir := statCacheTree(t)
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(dir, "a"), &st); err != nil {
+		t.Fatal(err)
+	}
+	id := cas.Sum([]byte("alpha"))
+	present := func() uint64 {
+		_, _, p, ok := c.lookup(&st)
+		if !ok {
+			t.Fatal("a not remembered")
+		}
+		return p
+	}
+	failed := c.beginImport(4)
+	c.rememberAs(&st, id, nil, c.now(), failed)
+	if p := present(); p != 0 {
+		t.Fatalf("during the import: present %d, want 0", p)
+	}
+	c.endImport(failed, false)
+	if p := present(); p != 0 {
+		t.Fatalf("after the import failed: present %d, want 0", p)
+	}
+	ok := c.beginImport(6)
+	c.rememberAs(&st, id, nil, c.now(), ok)
+	c.endImport(ok, true)
+	if p := present(); p != 7 {
+		t.Fatalf("after the import published: present %d, want 7", p)
+	}
+}
