@@ -268,6 +268,13 @@ func writeBundleArgs(dir, rootfs, name string, args []string) (string, error) {
 		return "", fmt.Errorf("bundle spec has no process")
 	}
 	proc["args"] = args
+	// Concurrent runs of one bundle must not share its cgroup (the
+	// generated spec names /<namespace>/bare): each runc run would remove
+	// it at exit under the others, which fail now and then. Without a
+	// path, runc gives each container /<its id>, as esf gives each attempt.
+	if linux, ok := spec["linux"].(map[string]any); ok {
+		delete(linux, "cgroupsPath")
+	}
 	if b, err = json.Marshal(spec); err != nil {
 		return "", err
 	}
