@@ -53,6 +53,16 @@ func buildDirs(t *testing.T, st *countingStore, dirs, per int, long bool) (cas.I
 // status does, and returns the paths it saw, sorted.
 func walk(t *testing.T, mnt string) []string {
 	t.Helper()
+	got, err := walkPaths(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// walkPaths is walk's work, for callers without a *testing.T
+// (goroutines).
+func walkPaths(mnt string) ([]string, error) {
 	var got []string
 	err := filepath.WalkDir(mnt, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -68,11 +78,8 @@ func walk(t *testing.T, mnt string) []string {
 		got = append(got, rel)
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	slices.Sort(got)
-	return got
+	return got, err
 }
 
 func kernelHasNoOpendir(t *testing.T, f *FS) {
