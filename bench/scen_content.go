@@ -284,15 +284,17 @@ func benchExport(ctx context.Context, e *Env) error {
 		name, base string
 		scale      float64
 		unit       string
+		atLeast    float64 // issue 21, item 4
 	}{
-		{fmt.Sprintf("export %s files to a dir", fmtCount(n)), "cp -a", 1, "files/s"},
-		{fmt.Sprintf("export %s files as a tar", fmtCount(n)), "tar -cf", 1, "files/s"},
-		{fmt.Sprintf("export 1 file of %s to a dir", fmtSize(e.BigSize())), "cp -a", mib, "MiB/s"},
-		{fmt.Sprintf("export 1 file of %s as a tar", fmtSize(e.BigSize())), "tar -cf", mib, "MiB/s"},
+		{fmt.Sprintf("export %s files to a dir", fmtCount(n)), "cp -a", 1, "files/s", 1.0},
+		{fmt.Sprintf("export %s files as a tar", fmtCount(n)), "tar -cf", 1, "files/s", 0.8},
+		{fmt.Sprintf("export 1 file of %s to a dir", fmtSize(e.BigSize())), "cp -a", mib, "MiB/s", 0.8},
+		{fmt.Sprintf("export 1 file of %s as a tar", fmtSize(e.BigSize())), "tar -cf", mib, "MiB/s", 0.8},
 	}
 	for i, r := range rows {
 		s, b := Rates(ms[2*i], r.scale), Rates(ms[2*i+1], r.scale)
-		row := Row{Name: r.name, Value: s.P50, Unit: r.unit, P90: s.P90, N: s.N, Samples: s.Values, Baseline: r.base, BaselineValue: b.P50, Path: "api"}
+		row := Row{Name: r.name, Value: s.P50, Unit: r.unit, P90: s.P90, N: s.N, Samples: s.Values, Baseline: r.base, BaselineValue: b.P50,
+			Targets: []Target{RatioAtLeast(r.atLeast)}, Path: "api"}
 		if i == 0 {
 			row.Note = "no fsync on either side; the store's objects and the source are in the page cache; tar goes to a file through the API stream"
 		}
