@@ -25,6 +25,7 @@ var (
 	flagKeep    = flag.Bool("bench.keep", false, "keep the scratch root")
 	flagProfile = flag.String("bench.profile", "", "directory for per-scenario CPU profiles")
 	flagLogs    = flag.String("bench.logs", "", "directory for the daemons' logs")
+	flagTrace   = flag.String("bench.trace", "", "directory for per-scenario execution traces (large: select one scenario)")
 	flagFabric  = flag.Bool("bench.fabric", false, "call graph and attempt operations as Fabric methods, not through the API")
 )
 
@@ -57,7 +58,7 @@ func TestBench(t *testing.T) {
 	if *flagRun != "" {
 		cfg.Only = regexp.MustCompile(*flagRun)
 	}
-	for _, dir := range []*string{flagProfile, flagLogs} {
+	for _, dir := range []*string{flagProfile, flagLogs, flagTrace} {
 		if *dir == "" {
 			continue
 		}
@@ -70,7 +71,7 @@ func TestBench(t *testing.T) {
 		}
 		*dir = abs
 	}
-	cfg.ProfileDir, cfg.LogDir = *flagProfile, *flagLogs
+	cfg.ProfileDir, cfg.LogDir, cfg.TraceDir = *flagProfile, *flagLogs, *flagTrace
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

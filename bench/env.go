@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"sync"
 	"time"
@@ -44,6 +45,12 @@ type Config struct {
 	// this process waited, e.g. for a lock held across a flush) and makes
 	// the projection servers write theirs.
 	ProfileDir string
+	// TraceDir, if set, receives an execution trace per scenario
+	// (<scenario>.trace): what every goroutine of this process waited on
+	// and for how long (go tool trace -pprof=syscall, sync, net, sched),
+	// e.g. which syscalls a rollout's phases spend their time in. Large:
+	// select one scenario.
+	TraceDir string
 	// ViaFabric drives graph and attempt operations as Fabric methods
 	// instead of through the API client: what the transport costs is the
 	// difference.
@@ -304,6 +311,16 @@ func (e *Env) runScenario(ctx context.Context, s Scenario) {
 		runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds()))
 		runtime.SetMutexProfileFraction(5)
 	}
+	var traceFile *os.File
+	if e.cfg.TraceDir != "" {
+		if f, err := os.Create(filepath.Join(e.cfg.TraceDir, s.Name+".trace")); err == nil {
+			if trace.Start(f) == nil {
+				traceFile = f
+			} else {
+				f.Close()
+			}
+		}
+	}
 	err := func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -316,6 +333,10 @@ func (e *Env) runScenario(ctx context.Context, s Scenario) {
 	if prof != nil {
 		pprof.StopCPUProfile()
 		prof.Close()
+	}
+	if traceFile != nil {
+		trace.Stop()
+		traceFile.Close()
 	}
 	if e.cfg.ProfileDir != "" {
 		// The block and mutex profiles accumulate over the process's life:
