@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,10 +131,17 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 		return nil
 	}
 	var served []time.Duration
+	// adoptedShare: per pooled batch, the share of its activations that
+	// adopted a pool container (the others found the pool empty and ran
+	// runc run -d themselves, as without a pool).
+	var adoptedShare []float64
 	// cpu[k]: CPU time of this process and of the children it waited for
 	// (runc, and through a bare runc run its container), per measurement
 	// of subject k.
 	cpu := make([][]time.Duration, 3)
+	// idle[k]: CPUs of the machine left idle while a batch of subject k
+	// ran (all tenants counted).
+	idle := make([][]float64, 3)
 	batch := func(k int, op func(context.Context, int) error) bench.Subject {
 		return func(ctx context.Context) (bench.Measurement, error) {
 			if err := waitFull(); err != nil {
@@ -139,7 +149,13 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 			}
 			adopted := pex.PoolAdopted()
 			cpu0 := selfAndChildrenCPU()
-			defer func() { cpu[k] = append(cpu[k], selfAndChildrenCPU()-cpu0) }()
+			idle0, total0 := machineCPUTicks()
+			defer func() {
+				cpu[k] = append(cpu[k], selfAndChildrenCPU()-cpu0)
+				if idle1, total1 := machineCPUTicks(); total1 > total0 {
+					idle[k] = append(idle[k], float64(idle1-idle0)/float64(total1-total0)*float64(runtime.NumCPU()))
+				}
+			}()
 			start := time.Now()
 			return bench.Timed(float64(rolloutClients*perClient), func() error {
 				var wg sync.WaitGroup
@@ -163,7 +179,9 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 					return nil
 				}
 				served = append(served, time.Since(start))
-				if n := pex.PoolAdopted() - adopted; n < rolloutClients {
+				n := pex.PoolAdopted() - adopted
+				adoptedShare = append(adoptedShare, float64(n)/float64(rolloutClients*perClient))
+				if n < rolloutClients {
 					return fmt.Errorf("only %d pooled activations adopted a pool container, want one per client at least", n)
 				}
 				return waitFull()
@@ -181,7 +199,7 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 			return err
 		}
 	}
-	phases, cpu = [2][3][]time.Duration{}, [][]time.Duration{nil, nil, nil}
+	phases, cpu, idle, adoptedShare = [2][3][]time.Duration{}, [][]time.Duration{nil, nil, nil}, [][]float64{nil, nil, nil}, nil
 	ms, err := bench.Interleave(ctx, e.Size(3, 5), subjects...)
 	if err != nil {
 		return err
@@ -204,6 +222,9 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 	e.Add(bench.Row{Name: "part: rollouts/s, 16 clients, pooled, until the last rollout ended", Value: s.P50, Unit: "rollouts/s", P90: s.P90, N: s.N, Samples: s.Values,
 		Baseline: "16 concurrent bare runc runs", BaselineValue: b.P50, Path: pd.Ops.Path("activate"),
 		Note: "the pooled row's batches without the wait for the pool's last refills: what the clients saw"})
+	as := bench.Summarize(adoptedShare)
+	e.Add(bench.Row{Name: "part: share of pooled activations that adopted a pool container", Value: as.P50, Unit: "ratio", P90: as.P90, N: as.N, Samples: as.Values, Path: pd.Ops.Path("activate"),
+		Note: "per pooled batch; the rest found the pool empty and ran runc run -d in the activation, as without a pool: the refills (at most one per CPU at a time, a runc run -d each) do not keep up with 16 clients"})
 	perOp := func(ds []time.Duration) bench.Sample {
 		xs := make([]float64, len(ds))
 		for i, d := range ds {
@@ -212,6 +233,11 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 		return bench.Summarize(xs)
 	}
 	bc := perOp(cpu[2])
+	for k, suffix := range []string{"", ", no pool", ", bare runc runs"} {
+		is := bench.Summarize(idle[k])
+		e.Add(bench.Row{Name: "part: idle CPUs of the machine during the batches" + suffix, Value: is.P50, Unit: "CPUs", P90: is.P90, N: is.N, Samples: is.Values, Path: d.Ops.Path("activate"),
+			Note: "idle and iowait time of all the machine's CPUs (/proc/stat) over a batch's elapsed time, every tenant counted: near 0, the CPUs were all busy and the rate is the share of them the batch got; well above 0 with a rate below its target, the rollouts wait on something else"})
+	}
 	for k, suffix := range []string{"", ", no pool"} {
 		rc := perOp(cpu[k])
 		e.Add(bench.Row{Name: "part: CPU time per rollout, 16 clients" + suffix, Value: rc.P50, Unit: "ms", P90: rc.P90, N: rc.N, Samples: rc.Values,
@@ -228,6 +254,34 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 		}
 	}
 	return nil
+}
+
+// machineCPUTicks reads the machine's idle (idle + iowait) and total CPU
+// time from /proc/stat, in clock ticks; zeros if it cannot.
+func machineCPUTicks() (idle, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 6 || fields[0] != "cpu" {
+		return 0, 0
+	}
+	for i, f := range fields[1:] {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		if i >= 8 { // guest and guest_nice are counted in user and nice
+			break
+		}
+		total += v
+		if i == 3 || i == 4 {
+			idle += v
+		}
+	}
+	return idle, total
 }
 
 // selfAndChildrenCPU is the user + system CPU time of this process and of
