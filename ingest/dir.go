@@ -468,23 +468,47 @@ func (d *dirImport) readDir(dir *dirRef, rel string, fn func(name string, dir bo
 	}
 }
 
-// bufPool holds file buffers across imports.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, smallFileMax); return &b }}
+// Pools of file buffers across imports: smallPool's for the files that
+// fit in one (most files of a source tree, every file of a huge directory
+// of small ones), bufPool's of smallFileMax for the rest. A worker holds
+// one of each at most, so a tree of small files costs its workers
+// smallBufSize each rather than a megabyte each for the whole import.
+var (
+	smallPool = sync.Pool{New: func() any { b := make([]byte, smallBufSize); return &b }}
+	bufPool   = sync.Pool{New: func() any { b := make([]byte, smallFileMax); return &b }}
+)
 
-// scratch is a worker's file buffer, taken from bufPool on first use:
-// workers that only see directories need none.
-type scratch struct{ b *[]byte }
+// smallBufSize is the buffer of a file whose lstat size is below it.
+const smallBufSize = 64 << 10
 
-func (s *scratch) get() []byte {
-	if s.b == nil {
-		s.b = bufPool.Get().(*[]byte)
+// scratch is a worker's file buffers, each taken from its pool on first
+// use: workers that only see directories need none.
+type scratch struct{ small, large *[]byte }
+
+// get returns a buffer for a file whose lstat size is size: one it fits
+// in with a byte to spare, so that reading it whole ends at EOF (file
+// reads content up to its buffer's length at once), or smallFileMax. A
+// file that grew past its buffer since the lstat takes file's road for
+// large content, as one over smallFileMax does.
+func (s *scratch) get(size int64) []byte {
+	if size < smallBufSize {
+		if s.small == nil {
+			s.small = smallPool.Get().(*[]byte)
+		}
+		return *s.small
 	}
-	return *s.b
+	if s.large == nil {
+		s.large = bufPool.Get().(*[]byte)
+	}
+	return *s.large
 }
 
 func (s *scratch) release() {
-	if s.b != nil {
-		bufPool.Put(s.b)
+	if s.small != nil {
+		smallPool.Put(s.small)
+	}
+	if s.large != nil {
+		bufPool.Put(s.large)
 	}
 }
 
@@ -605,7 +629,7 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 	case unix.S_IFREG:
 		e.Type = cas.TypeFile
 		start := cache.now()
-		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, j.rel, p, &st, e.Xattrs, buf.get())
+		e.ID, e.Size, e.Holes, err = d.file(ctx, dirfd, name, j.rel, p, &st, e.Xattrs, buf.get(st.Size))
 		if err != nil {
 			return r, err
 		}
@@ -634,10 +658,10 @@ func (d *dirImport) inspect(ctx context.Context, j dirJob, buf *scratch) (dirRes
 }
 
 // file hashes the regular file p and stores it unless the store has it.
-// Content up to smallFileMax is read once into buf, hashed and put only
-// when the store lacks it.
+// Content shorter than buf (scratch.get: at most smallFileMax) is read
+// once into buf, hashed and put only when the store lacks it.
 //
-// Larger content takes one of two roads, by a guess (d.hashFirst) that
+// Content that fills buf takes one of two roads, by a guess (d.hashFirst) that
 // follows the last large file of the import. Guessing stored, it hashes the
 // file in a first pass and streams it into Put in a second only if the
 // store lacks it, so importing what is stored writes nothing. Guessing new,

@@ -679,3 +679,46 @@ func BenchmarkDir(b *testing.B) {
 		}
 	})
 }
+
+// TestDirFileSizesAtBufferEdges: files on either side of each buffer a
+// worker reads with (smallBufSize, smallFileMax) import as their content,
+// whichever road the import guesses for large files.
+func TestDirFileSizesAtBufferEdges(t *testing.T) {
+	root := t.TempDir()
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := map[string]cas.ID{}
+	for _, n := range []int{0, 1, smallBufSize - 1, smallBufSize, smallBufSize + 1, smallFileMax - 1, smallFileMax, smallFileMax + 1} {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		name := fmt.Sprintf("f%d", n)
+		writeFile(t, filepath.Join(root, name), b, 0o644)
+		want[name] = cas.Sum(b)
+	}
+	for _, newContent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NewContent=%v", newContent), func(t *testing.T) {
+			ctx := context.Background()
+			st := mem.New()
+			res, err := Dir(ctx, st, root, Options{Workers: 2, NewContent: newContent})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tree, err := cas.ReadTree(ctx, st, res.Root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tree.Entries) != len(want) {
+				t.Fatalf("%d entries, want %d", len(tree.Entries), len(want))
+			}
+			for _, e := range tree.Entries {
+				if e.ID != want[e.Name] {
+					t.Errorf("%s: id %s, want %s", e.Name, e.ID.Short(), want[e.Name].Short())
+				}
+				if b, err := cas.ReadAll(ctx, st, e.ID); err != nil || cas.Sum(b) != want[e.Name] {
+					t.Errorf("%s: stored content: %v", e.Name, err)
+				}
+			}
+		})
+	}
+}
