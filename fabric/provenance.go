@@ -252,21 +252,26 @@ func verifyTrees(ctx context.Context, s cas.Store, root cas.ID) error {
 		if ok, err := s.Has(ctx, id); err != nil || !ok {
 			return fmt.Errorf("tree %s: %w", id, orNotFound(err))
 		}
-		t, err := cas.ReadTreeView(ctx, s, id)
-		if err != nil {
-			return err
-		}
-		for i := range t.Len() {
-			e := t.Entry(i)
+		// Scanned, not held: a directory of a million entries would
+		// otherwise hold its tree (tens of megabytes) for the walk.
+		var dirs []cas.ID
+		err := cas.ScanTree(ctx, s, id, nil, func(e *cas.Entry) error {
 			switch e.Type {
 			case cas.TypeDir:
-				if err := walk(e.ID); err != nil {
-					return err
-				}
+				dirs = append(dirs, e.ID)
 			case cas.TypeFile:
 				if ok, err := s.Has(ctx, e.ID); err != nil || !ok {
 					return fmt.Errorf("blob %s of %s: %w", e.ID, e.Name, orNotFound(err))
 				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, d := range dirs {
+			if err := walk(d); err != nil {
+				return err
 			}
 		}
 		return nil
