@@ -89,6 +89,11 @@ func ReadAll(ctx context.Context, g Getter, id ID) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return readAllFrom(rc, id)
+}
+
+// readAllFrom is ReadAll of the object id opened as rc, which it closes.
+func readAllFrom(rc io.ReadCloser, id ID) ([]byte, error) {
 	defer rc.Close()
 	// Read into a buffer of the object's size when the store says it:
 	// growing one by doubling would copy a tree of tens of megabytes a

@@ -48,6 +48,29 @@ func ScanTree(ctx context.Context, g Getter, id ID, attr func(*Attr) error, fn f
 	return nil
 }
 
+// ReadTreeViewUpTo is ReadTreeView for a tree the store says is at most
+// max bytes; a larger one is not read and the view is nil (ScanTree reads
+// it in a window). A tree whose size the store does not tell is read.
+func ReadTreeViewUpTo(ctx context.Context, g Getter, id ID, max int64) (*TreeView, error) {
+	rc, err := g.Get(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("read tree %s: %w", id, err)
+	}
+	if n, ok := readerSize(rc); ok && n > max {
+		rc.Close()
+		return nil, nil
+	}
+	raw, err := readAllFrom(rc, id)
+	if err != nil {
+		return nil, fmt.Errorf("read tree %s: %w", id, err)
+	}
+	v, err := ParseTree(raw)
+	if err != nil {
+		return nil, fmt.Errorf("tree %s: %w", id, err)
+	}
+	return v, nil
+}
+
 // scanWindow is ScanTree's first window; it grows to hold an entry larger
 // than itself.
 const scanWindow = 64 << 10

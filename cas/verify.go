@@ -24,9 +24,12 @@ func VerifyingReader(id ID, r io.ReadCloser) io.ReadCloser {
 }
 
 // readerSize is the size of what r reads when r knows it without a round
-// trip: a file, or a VerifyingReader over one.
+// trip: a file, a VerifyingReader over one, or a store's reader that says
+// its object's size (ObjectSize).
 func readerSize(r io.Reader) (int64, bool) {
 	switch r := r.(type) {
+	case interface{ ObjectSize() int64 }:
+		return r.ObjectSize(), true
 	case *holdLast:
 		return readerSize(r.rc)
 	case *verifyingReader:

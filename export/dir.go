@@ -21,21 +21,58 @@ import (
 type treeReader func(ctx context.Context, g cas.Getter, id cas.ID) (*dirTree, error)
 
 // dirTree is what an export reads of one directory: its attributes and its
-// entries by index. Read from the store it is a cas.TreeView, so a huge
-// directory is exported one decoded entry at a time.
+// entries in order. Read from the store it is a cas.TreeView, or for a
+// tree over viewMax bytes a scan (cas.ScanTree) of a tree already checked
+// whole, so a huge directory is exported one decoded entry at a time
+// without its encoding held in memory either.
 type dirTree struct {
 	cas.Attr
 	n     int
 	entry func(i int) cas.Entry
+	// scan, when set, replaces n and entry: it calls fn with each entry.
+	scan func(fn func(*cas.Entry) error) error
 }
 
-// readView reads the tree id as a view.
+// each calls fn with every entry in order; fn may keep e.
+func (t *dirTree) each(fn func(e *cas.Entry) error) error {
+	if t.scan != nil {
+		return t.scan(func(e *cas.Entry) error {
+			ent := *e
+			return fn(&ent)
+		})
+	}
+	for i := range t.n {
+		ent := t.entry(i)
+		if err := fn(&ent); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// viewMax is the largest tree an export holds as a view (its bytes and
+// four more an entry); a larger one (a directory of some 16k entries or
+// more) is scanned twice instead: once to check it whole before anything
+// of it is written, once to export it.
+const viewMax = 1 << 20
+
+// readView reads the tree id as a view, or checks it and returns a scan.
 func readView(ctx context.Context, g cas.Getter, id cas.ID) (*dirTree, error) {
-	v, err := cas.ReadTreeView(ctx, g, id)
+	v, err := cas.ReadTreeViewUpTo(ctx, g, id, viewMax)
 	if err != nil {
 		return nil, err
 	}
-	return &dirTree{Attr: v.Attr, n: v.Len(), entry: v.Entry}, nil
+	if v != nil {
+		return &dirTree{Attr: v.Attr, n: v.Len(), entry: v.Entry}, nil
+	}
+	t := &dirTree{}
+	err = cas.ScanTree(ctx, g, id, func(a *cas.Attr) error { t.Attr = *a; return nil },
+		func(*cas.Entry) error { t.n++; return nil })
+	if err != nil {
+		return nil, err
+	}
+	t.scan = func(fn func(*cas.Entry) error) error { return cas.ScanTree(ctx, g, id, nil, fn) }
+	return t, nil
 }
 
 const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
@@ -196,9 +233,7 @@ func dirEmpty(fd int) (bool, error) {
 // fillDir creates t's entries in the directory fd, which is dir (relative to
 // dest) and which the export created and holds open.
 func (x *dirExporter) fillDir(fd int, t *dirTree, dir string) error {
-	for i := range t.n {
-		ent := t.entry(i)
-		e := &ent
+	return t.each(func(e *cas.Entry) error {
 		if err := x.ctx.Err(); err != nil {
 			return err
 		}
@@ -211,16 +246,13 @@ func (x *dirExporter) fillDir(fd int, t *dirTree, dir string) error {
 		rel := joinPath(dir, e.Name)
 		if e.Type == cas.TypeDir {
 			// Errors from below carry their own path.
-			if err := x.dir(fd, e, rel); err != nil {
-				return err
-			}
-			continue
+			return x.dir(fd, e, rel)
 		}
 		if err := x.leaf(fd, e, dir); err != nil {
 			return fmt.Errorf("%s: %w", rel, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (x *dirExporter) dir(parent int, e *cas.Entry, rel string) error {

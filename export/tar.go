@@ -100,9 +100,7 @@ func (x *tarExporter) run(root cas.ID) error {
 }
 
 func (x *tarExporter) walk(t *dirTree, dir string) error {
-	for i := range t.n {
-		ent := t.entry(i)
-		e := &ent
+	return t.each(func(e *cas.Entry) error {
 		if err := x.ctx.Err(); err != nil {
 			return err
 		}
@@ -122,16 +120,13 @@ func (x *tarExporter) walk(t *dirTree, dir string) error {
 				return fmt.Errorf("%s: %w", rel, err)
 			}
 			x.stats.Dirs++
-			if err := x.walk(ct, rel); err != nil {
-				return err
-			}
-			continue
+			return x.walk(ct, rel)
 		}
 		if err := x.leaf(e, rel); err != nil {
 			return fmt.Errorf("%s: %w", rel, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (x *tarExporter) leaf(e *cas.Entry, rel string) error {

@@ -322,7 +322,7 @@ func (s *Store) Get(ctx context.Context, id cas.ID) (io.ReadCloser, error) {
 		return nil, objectError("get", id, err)
 	}
 	if fi, err := f.Stat(); err == nil && fi.Size() >= VerifyMin {
-		return &verifiedEnd{ReadCloser: cas.VerifyingReader(id, f), s: s, id: id, fi: fi}, nil
+		return &verifiedEnd{ReadCloser: cas.VerifyingReader(id, f), s: s, id: id, fi: fi, size: fi.Size()}, nil
 	}
 	return cas.VerifyingReader(id, f), nil
 }

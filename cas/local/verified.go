@@ -122,10 +122,15 @@ func (s *Store) OpenVerified(id cas.ID) *os.File {
 // a verified end (the verifying reader under it returned io.EOF).
 type verifiedEnd struct {
 	io.ReadCloser
-	s  *Store
-	id cas.ID
-	fi os.FileInfo
+	s    *Store
+	id   cas.ID
+	fi   os.FileInfo
+	size int64
 }
+
+// ObjectSize tells cas.ReadAll (and ReadTreeViewUpTo) the object's size,
+// which the verifying reader it wraps would tell of its file.
+func (r *verifiedEnd) ObjectSize() int64 { return r.size }
 
 func (r *verifiedEnd) Read(p []byte) (int, error) {
 	n, err := r.ReadCloser.Read(p)
