@@ -385,18 +385,34 @@ func (c *StatCache) grow() {
 	}
 	old, oldMapped := c.slots, c.mapping.b
 	c.slots, c.mapping.b = allocSlots(size)
-	for _, e := range old {
-		if e.ino == 0 {
-			continue
+	// home orders slots by the same fraction of the hash at every size,
+	// so walking the old table in order fills the new one from its start
+	// too: the pages of the old table already walked go back to the
+	// system as the new one's fill, and the two tables never take their
+	// sum in memory at once (at a million files they would hold 180 MB).
+	released := 0
+	for j, e := range old {
+		if e.ino != 0 {
+			i := c.home(fileID{dev: uint64(e.dev), ino: e.ino})
+			for c.slots[i].ino != 0 {
+				i = c.next(i)
+			}
+			c.slots[i] = e
 		}
-		i := c.home(fileID{dev: uint64(e.dev), ino: e.ino})
-		for c.slots[i].ino != 0 {
-			i = c.next(i)
+		if oldMapped != nil {
+			walked := (j + 1) * int(unsafe.Sizeof(statEntry{}))
+			if done := walked &^ (releaseStep - 1); done > released {
+				releaseSlots(oldMapped[released:done])
+				released = done
+			}
 		}
-		c.slots[i] = e
 	}
 	unmapSlots(oldMapped)
 }
+
+// releaseStep is how much of an outgrown table grow gives back at a time
+// (a multiple of the page size).
+const releaseStep = 1 << 20
 
 // allocSlots maps a zeroed table of n slots outside the Go heap: the
 // collector neither scans it nor paces itself on it (on the heap a table
@@ -437,7 +453,10 @@ var (
 		return unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	}
 	munmapSlots = unix.Munmap
-	mappedSlots atomic.Int64
+	// releaseSlots drops the pages of a range of a mapped table, which is
+	// not read again (grow); a failure only keeps them until the unmap.
+	releaseSlots = func(b []byte) { _ = unix.Madvise(b, unix.MADV_DONTNEED) }
+	mappedSlots  atomic.Int64
 )
 
 // evict forgets one remembered file to make room for f: the one in f's

@@ -495,3 +495,39 @@ func TestStatCacheImportTokens(t *testing.T) {
 		t.Fatalf("after the import published: present %d, want 7", p)
 	}
 }
+
+// Growing a mapped table gives the outgrown one back in steps as it is
+// walked, so the two never take their sum in memory; every file stays
+// remembered across the growths.
+func TestStatCacheGrowReleasesTheOldTableAsItGoes(t *testing.T) {
+	release := releaseSlots
+	t.Cleanup(func() { releaseSlots = release })
+	type span struct{ start, n uintptr }
+	var spans []span
+	releaseSlots = func(b []byte) {
+		spans = append(spans, span{uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b))})
+		release(b)
+	}
+	c := NewStatCache(0)
+	const n = 30000 // the last growth outgrows a table of 2.6 MB: released in steps
+	fillCache(c, n)
+	if c.mapping.b == nil {
+		t.Skip("the kernel refused the mapping: the table is on the heap")
+	}
+	if len(spans) < 2 {
+		t.Fatalf("%d releases of outgrown tables, want them in steps", len(spans))
+	}
+	for i, s := range spans {
+		if s.n%releaseStep != 0 || s.start%uintptr(os.Getpagesize()) != 0 {
+			t.Fatalf("release %d: %d bytes at %#x, not whole steps from a page", i, s.n, s.start)
+		}
+	}
+	if c.Len() != n {
+		t.Fatalf("%d files remembered, want %d", c.Len(), n)
+	}
+	for i := range n {
+		if _, ok := c.find(fileID{dev: 1, ino: uint64(i + 1)}); !ok {
+			t.Fatalf("file %d forgotten across the growths", i+1)
+		}
+	}
+}
