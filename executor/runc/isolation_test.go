@@ -356,6 +356,13 @@ func testFootprintOverlay(t *testing.T, opts Options) {
 	if err := v.e.Stop(v.ctx, "fp"); err != nil {
 		t.Fatal(err)
 	}
+	if v.pooled {
+		// The refill the first exec let go is a runc run, whose new mount
+		// namespace holds a copy of every host mount (this overlay too)
+		// until it pivots: done before the cleanup unmounts the overlay,
+		// as fabric's release retries a busy root.
+		v.waitIdle()
+	}
 	var left []string
 	filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
 		if rel := strings.TrimPrefix(p, upper); rel != "" {

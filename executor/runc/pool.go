@@ -282,8 +282,12 @@ func (e *Executor) makeStub(id string) (string, error) {
 	return dir, nil
 }
 
-// takeIdle hands out an idle container, and asks for its replacement.
-func (e *Executor) takeIdle() (idleContainer, bool) {
+// takeIdle hands out an idle container for container id, and asks for
+// its replacement. The replacement waits for id's first exec (or its
+// Stop, or the Start's failure: poolWarmed) while another container is
+// idle: marked warming before the pool adjusts, so that no refill starts
+// beside the adoption and the first command.
+func (e *Executor) takeIdle(id string) (idleContainer, bool) {
 	p := &e.pool
 	p.mu.Lock()
 	// The Start takes the room as a live container, adopted or cold; the
@@ -300,6 +304,10 @@ func (e *Executor) takeIdle() (idleContainer, bool) {
 	}
 	c := p.idle[len(p.idle)-1]
 	p.idle = p.idle[:len(p.idle)-1]
+	if p.warming == nil {
+		p.warming = map[string]bool{}
+	}
+	p.warming[id] = true
 	p.mu.Unlock()
 	e.poolAdjust()
 	return c, true
@@ -358,7 +366,7 @@ var errNoAdoption = errors.New("no pool container")
 // config, and renames the bundle to id. errNoAdoption means nothing was
 // done with id and a cold start should follow. The caller holds id's lock.
 func (e *Executor) adopt(ctx context.Context, id string, spec executor.Spec) (err error) {
-	c, ok := e.takeIdle()
+	c, ok := e.takeIdle(id)
 	if !ok {
 		return errNoAdoption
 	}
@@ -415,10 +423,6 @@ func (e *Executor) adopt(ctx context.Context, id string, spec executor.Spec) (er
 	discard = false
 	e.pool.mu.Lock()
 	e.pool.adopted++
-	if e.pool.warming == nil {
-		e.pool.warming = map[string]bool{}
-	}
-	e.pool.warming[id] = true
 	e.pool.mu.Unlock()
 	return nil
 }

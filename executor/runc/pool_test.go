@@ -220,3 +220,43 @@ func TestPool_ResizeLimitAndSweep(t *testing.T) {
 		t.Fatalf("stubs after the sweep: %v %v", ents, err)
 	}
 }
+
+// TestPool_RefillWaitsForFirstExec: while another container is idle, the
+// replacement of an adopted one (a runc run, CPU-heavy) starts only once
+// the adopted container's first exec has ended, not beside the adoption
+// and the command an activation waits for.
+func TestPool_RefillWaitsForFirstExec(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 2})
+	waitPool(t, v, 2)
+	v.start("first", executor.Spec{})
+	v.e.pool.mu.Lock()
+	idle, starting := len(v.e.pool.idle), v.e.pool.starting
+	v.e.pool.mu.Unlock()
+	if idle != 1 || starting != 0 {
+		t.Fatalf("after the adoption: %d idle, %d starting; want 1 idle and no refill before the first exec", idle, starting)
+	}
+	v.sh(t, "first", "true")
+	waitIdle(t, v, 2)
+
+	// A Stop before any exec gives the hold back too.
+	if err := v.e.Start(v.ctx, "second", executor.Spec{Rootfs: v.rootfs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.e.Stop(v.ctx, "second"); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, v, 2)
+}
+
+// waitIdle waits until the pool has n idle containers (adopted ones keep
+// their pool runc id, so runc's list is no measure here).
+func waitIdle(t *testing.T, v *env, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for v.e.PoolIdle() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool: %d idle, want %d", v.e.PoolIdle(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

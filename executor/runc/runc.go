@@ -259,6 +259,13 @@ func (e *Executor) Start(ctx context.Context, id string, spec executor.Spec) (er
 	if _, err := os.Lstat(e.bundle(id)); err == nil {
 		return fmt.Errorf("start %s: %w", id, executor.ErrExists)
 	}
+	// A Start that fails has no first exec to wait for: the refill its
+	// adoption held back (takeIdle) may go.
+	defer func() {
+		if err != nil {
+			e.poolWarmed(id)
+		}
+	}()
 	if poolable(spec) {
 		err := e.adopt(ctx, id, spec)
 		if !errors.Is(err, errNoAdoption) {
