@@ -86,8 +86,8 @@ func (a *agent) handle(c *net.UnixConn) {
 		fds = nil
 	}
 	defer closeFds()
-	if err == nil && (len(fds) != 4 || len(req.Args) == 0) {
-		err = fmt.Errorf("request with %d fds and %d args: want 4 fds and a command", len(fds), len(req.Args))
+	if err == nil && (len(fds) != 4 || (len(req.Args) == 0) != req.Spare) {
+		err = fmt.Errorf("request with %d fds and %d args: want 4 fds and a command (or a spare without one)", len(fds), len(req.Args))
 	}
 	if err != nil {
 		initproto.Write(c, initproto.Started{Err: err.Error()})
@@ -120,7 +120,11 @@ func (a *agent) spawn(req initproto.Request, fds []int) (pid, pidfd int, status 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	pid, err = syscall.ForkExec("/proc/self/exe", append([]string{initproto.Trampoline}, req.Args...), &syscall.ProcAttr{
+	argv := append([]string{initproto.Trampoline}, req.Args...)
+	if req.Spare {
+		argv = []string{initproto.Spare}
+	}
+	pid, err = syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
 		Dir:   req.Dir,
 		Env:   req.Env,
 		Files: files,

@@ -17,6 +17,10 @@ func main() {
 		trampoline(os.Args[1:])
 		return
 	}
+	if len(os.Args) == 1 && os.Args[0] == initproto.Spare {
+		spare()
+		return
+	}
 	// Undumpable: nothing in the container without CAP_SYS_PTRACE may
 	// ptrace the init (a stopped PID 1 would hold every exec) or read its
 	// memory. Its children are dumpable again once they exec.

@@ -29,6 +29,18 @@
 // environment's PATH and execs it. Its handshake fd is close-on-exec: end
 // of file without a word means the command runs.
 //
+// A spare (Request.Spare, no command) is a trampoline forked ahead of its
+// exec: the pool makes one in each idle container and moves it into the
+// exec's cgroup while the container waits, so that the first exec after
+// an adoption pays neither the fork nor the cgroup move (a move waits for
+// an RCU grace period, milliseconds). Instead of the go byte it reads the
+// command from its handshake, as a Request with the process's stdin,
+// stdout and stderr attached, puts those in place, enters the directory
+// and goes on as any trampoline; the reply is the same (end of file or an
+// error text). It came from the same init, so the process inherits what
+// any exec of the init does; pivot_root moved its root and directory with
+// the init's at the adoption.
+//
 // The socket grants nothing the container lacks: a process of the
 // container that took the listener over (same user, ptrace) could only
 // answer in the init's place, starting processes with the init's own

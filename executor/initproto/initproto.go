@@ -17,6 +17,16 @@ const Fd = 3
 // instead of being an init; the command is argv[1:].
 const Trampoline = "esf-exec"
 
+// Spare is the argv[0] of a trampoline started ahead of its command (a
+// Request with Spare set): it reads the command, as a Request with the
+// process's stdin, stdout and stderr, from its handshake instead of a go
+// byte.
+const Spare = "esf-spare"
+
+// SpareDirDenied starts a spare's error text when the working directory
+// exists but may not be entered (Started.DirDenied for a spare).
+const SpareDirDenied = "workdir denied: "
+
 // HandshakeFd is the trampoline's end of the handshake.
 const HandshakeFd = 3
 
@@ -29,6 +39,10 @@ type Request struct {
 	Args []string `json:"args"`
 	Env  []string `json:"env"`
 	Dir  string   `json:"dir"`
+	// Spare asks for a trampoline without a command yet (Args empty):
+	// the executor puts it where the exec will live (its cgroup) ahead
+	// of time and hands it the command later.
+	Spare bool `json:"spare,omitempty"`
 }
 
 // Started answers a Request: Pid in the container's pid namespace, or Err

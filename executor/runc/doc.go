@@ -126,6 +126,18 @@
 //     state) and the freezer path go through that name. List shows the
 //     caller's id, never an idle pool container.
 //
+// An idle container also holds a spare (spare.go, initproto.Spare): a
+// trampoline its init forked while idle, already moved into an exec
+// cgroup of its own. The first exec after the adoption hands it the
+// command and stdio instead of asking the init to fork: a process's move
+// into a cgroup waits for an RCU grace period (10-25 ms on 2-vCPU VMs,
+// cgroup v1 or v2 without favordynmods), most of what that exec cost.
+// The spare serves the first exec or none (a terminal, another user: it
+// is discarded), so no process of the sandbox ever sees one, and what
+// the command inherits is what any exec of the init gets
+// (TestPool_FirstExecThroughSpare compares it with the init's and runc
+// exec's).
+//
 // The container seen from inside is the cold one's: the same mount table
 // (TestPool_AdoptedContainerIsItsSpecs compares them, and the cgroup
 // limits), and the isolation and boundary tests run both ways

@@ -85,16 +85,43 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 			p.release()
 		}
 	}()
-	// Without an exec cgroup, a kill still reaches the session and the
-	// descendants (killTree).
-	if p.cg, err = newExecCgroup(cgroupsPath); err != nil {
+	// The first exec after an adoption finds a spare (spare.go), already
+	// in its exec cgroup; an exec it cannot serve discards it.
+	agent := !e.noAgent && viaAgent(initUser, proc)
+	sp := e.takeSpare(id)
+	if sp != nil && !agent {
+		sp.close()
+		sp = nil
+	}
+	if sp != nil {
+		p.cg = sp.cg
+	} else if p.cg, err = newExecCgroup(cgroupsPath); err != nil {
+		// Without an exec cgroup, a kill still reaches the session and
+		// the descendants (killTree).
 		e.opts.Logger.Warn("runc executor: exec without a cgroup of its own", "id", id, "err", err)
 		p.cg, err = nil, nil
 	}
 	if err := p.setupIO(x, proc.User); err != nil {
+		sp.close()
 		return nil, fmt.Errorf("exec %s: %w", id, err)
 	}
-	if !e.noAgent && viaAgent(initUser, proc) {
+	if sp != nil {
+		started, err := p.startSpare(ctx, cgroupsPath, sp, proc)
+		if err != nil {
+			return nil, fmt.Errorf("exec %s: %w", id, err)
+		}
+		if started {
+			p.startPumps(x)
+			go p.awaitAgentExit()
+			go p.watch(ctx)
+			return p, nil
+		}
+		// The usual way, in the spare's exec cgroup (it leaves it).
+		if err := p.setupIO(x, proc.User); err != nil {
+			return nil, fmt.Errorf("exec %s: %w", id, err)
+		}
+	}
+	if agent {
 		started, err := p.startAgent(ctx, cgroupsPath, proc)
 		if err != nil {
 			return nil, fmt.Errorf("exec %s: %w", id, err)

@@ -50,6 +50,13 @@ type idleContainer struct {
 	id    string
 	pid   int
 	pidfd int
+	spare *spare // nil: none could be made
+}
+
+// close lets go of c's pidfd and spare (not of the container).
+func (c *idleContainer) close() {
+	unix.Close(c.pidfd)
+	c.spare.close()
 }
 
 type pool struct {
@@ -68,6 +75,8 @@ type pool struct {
 	// pool still has an idle container, so that it does not slow down
 	// the first command an activation is waiting for.
 	warming map[string]bool
+	// spares are the adopted containers' spares until their first exec.
+	spares map[string]*spare
 }
 
 // target is how many idle containers the pool keeps now.
@@ -129,7 +138,7 @@ func (e *Executor) ClosePool(ctx context.Context) error {
 	}
 	var errs []error
 	for _, c := range idle {
-		unix.Close(c.pidfd)
+		c.close()
 		errs = append(errs, e.Stop(context.WithoutCancel(ctx), c.id))
 	}
 	// Something started meanwhile (a refill that was under way) was
@@ -139,7 +148,7 @@ func (e *Executor) ClosePool(ctx context.Context) error {
 	p.idle = nil
 	p.mu.Unlock()
 	for _, c := range idle {
-		unix.Close(c.pidfd)
+		c.close()
 		errs = append(errs, e.Stop(context.WithoutCancel(ctx), c.id))
 	}
 	return errors.Join(errs...)
@@ -187,7 +196,7 @@ func (e *Executor) poolAdjust() {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			unix.Close(c.pidfd)
+			c.close()
 			if err := e.Stop(context.Background(), c.id); err != nil {
 				e.opts.Logger.Warn("runc executor: stop idle pool container", "id", c.id, "err", err)
 			}
@@ -232,7 +241,7 @@ func (e *Executor) poolStartOne() {
 		return
 	}
 	if !keep {
-		unix.Close(c.pidfd)
+		c.close()
 		if err := e.Stop(context.Background(), id); err != nil {
 			e.opts.Logger.Warn("runc executor: stop surplus pool container", "id", id, "err", err)
 		}
@@ -258,6 +267,7 @@ func (e *Executor) startPooled(ctx context.Context, id string) (idleContainer, e
 		}
 		return c, err
 	}
+	e.makeIdleSpare(&c)
 	return c, nil
 }
 
@@ -333,7 +343,7 @@ func (e *Executor) poolEvict(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	for _, c := range out {
-		unix.Close(c.pidfd)
+		c.close()
 		if err := e.Stop(context.WithoutCancel(ctx), c.id); err != nil {
 			e.opts.Logger.Warn("runc executor: evict idle pool container", "id", c.id, "err", err)
 		}
@@ -374,7 +384,7 @@ func (e *Executor) adopt(ctx context.Context, id string, spec executor.Spec) (er
 	returned := false
 	defer func() {
 		if !returned {
-			unix.Close(c.pidfd)
+			c.close()
 		}
 	}()
 	unlock := e.lock(pid)
@@ -421,6 +431,8 @@ func (e *Executor) adopt(ctx context.Context, id string, spec executor.Spec) (er
 		return errNoAdoption
 	}
 	discard = false
+	e.keepSpare(id, c.spare)
+	c.spare = nil
 	e.pool.mu.Lock()
 	e.pool.adopted++
 	e.pool.mu.Unlock()
@@ -501,7 +513,7 @@ func (e *Executor) poolReturn(c idleContainer) {
 		return
 	}
 	p.mu.Unlock()
-	unix.Close(c.pidfd)
+	c.close()
 	if err := e.stopLocked(context.Background(), c.id); err != nil {
 		e.opts.Logger.Warn("runc executor: stop pool container", "id", c.id, "err", err)
 	}

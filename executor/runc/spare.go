@@ -1,0 +1,216 @@
+package runc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/esf-dev/esf/executor"
+	"github.com/esf-dev/esf/executor/initproto"
+)
+
+// A spare is a trampoline the init of an idle pool container forked ahead
+// of the first exec (initproto.Spare), already moved into an exec cgroup
+// of its own. Moving a process between cgroups waits for an RCU grace
+// period (10-25 ms on this project's 2-vCPU VMs, cgroup v1 or v2 without
+// favordynmods), and the fork costs the init a few more: both are paid
+// while the container is idle, and the first exec of the container that
+// adopts it only hands the spare its command and stdio. The spare serves
+// that first exec or none: any other first exec (a terminal, another
+// user) discards it, so no spare outlives the container's first exec and
+// none is ever seen by a process of the sandbox.
+type spare struct {
+	conn *net.UnixConn // the init's connection: Started came, Exited will
+	hs   *net.UnixConn // our end of the spare's handshake
+	pid  int           // on the host
+	cg   *execCgroup
+}
+
+// close discards the spare: it reads end of file and exits, the init
+// reaps it; its cgroup goes when it is empty (an exec's release) or with
+// the container.
+func (s *spare) close() {
+	if s == nil {
+		return
+	}
+	s.hs.Close()
+	s.conn.Close()
+}
+
+// makeSpare asks the init of the container in bundle (cgroup cgroupsPath)
+// for a spare and moves it into an exec cgroup.
+func (e *Executor) makeSpare(bundle, cgroupsPath string) (_ *spare, err error) {
+	cg, err := newExecCgroup(cgroupsPath)
+	if err != nil {
+		return nil, err
+	}
+	if cg == nil {
+		return nil, errors.New("no exec cgroup")
+	}
+	defer func() {
+		if err != nil {
+			cg.remove()
+		}
+	}()
+	conn, err := dialAgent(bundle)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			conn.Close()
+		}
+	}()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	child := os.NewFile(uintptr(pair[1]), "spare-handshake-child")
+	defer child.Close()
+	ours := os.NewFile(uintptr(pair[0]), "spare-handshake")
+	c, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, err
+	}
+	hs := c.(*net.UnixConn)
+	defer func() {
+		if err != nil {
+			hs.Close()
+		}
+	}()
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer null.Close()
+	conn.SetDeadline(time.Now().Add(e.opts.CommandTimeout))
+	n := int(null.Fd())
+	if err := initproto.Write(conn, initproto.Request{Spare: true}, n, n, n, int(child.Fd())); err != nil {
+		return nil, err
+	}
+	child.Close()
+	var st initproto.Started
+	fds, err := initproto.Read(conn, &st)
+	if err != nil {
+		return nil, err
+	}
+	for _, fd := range fds[min(1, len(fds)):] {
+		unix.Close(fd)
+	}
+	if st.Err != "" || len(fds) != 1 {
+		for _, fd := range fds[:min(1, len(fds))] {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("spare: %s (%d fds)", st.Err, len(fds))
+	}
+	pid, err := pidfdPid(fds[0])
+	unix.Close(fds[0])
+	if err != nil {
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	if err := cg.add(pid); err != nil {
+		return nil, err
+	}
+	return &spare{conn: conn, hs: hs, pid: pid, cg: cg}, nil
+}
+
+// makeIdleSpare gives idle container c a spare; without one (logged) its
+// first exec takes the usual way.
+func (e *Executor) makeIdleSpare(c *idleContainer) {
+	var s specs.Spec
+	err := readJSON(filepath.Join(e.bundle(c.id), "config.json"), &s)
+	if err == nil && s.Linux == nil {
+		err = errors.New("config without linux")
+	}
+	if err == nil {
+		c.spare, err = e.makeSpare(e.bundle(c.id), s.Linux.CgroupsPath)
+	}
+	if err != nil {
+		e.opts.Logger.Warn("runc executor: pool container without a spare", "id", c.id, "err", err)
+	}
+}
+
+// takeSpare hands out container id's spare, if it has one (once).
+func (e *Executor) takeSpare(id string) *spare {
+	p := &e.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.spares[id]
+	delete(p.spares, id)
+	return s
+}
+
+// keepSpare files adopted container id's spare for its first exec.
+func (e *Executor) keepSpare(id string, s *spare) {
+	if s == nil {
+		return
+	}
+	p := &e.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.spares == nil {
+		p.spares = map[string]*spare{}
+	}
+	p.spares[id] = s
+}
+
+// startSpare starts the exec through spare sp: it sends the command with
+// the process's stdio and waits for the exec (end of file on the
+// handshake). started is false with a nil error when the spare could not
+// take it (gone with its init, or a directory only runc exec may enter):
+// p's stdio is then closed and the caller goes the usual way.
+func (p *process) startSpare(ctx context.Context, cgroupsPath string, sp *spare, proc specs.Process) (started bool, err error) {
+	defer func() {
+		if !started || err != nil {
+			sp.close()
+		}
+	}()
+	if frozen(cgroupsPath) {
+		// A frozen spare would not answer until Thaw.
+		return true, fmt.Errorf("container is frozen: %w", executor.ErrFailedPrecondition)
+	}
+	sp.hs.SetDeadline(time.Now().Add(p.e.opts.CommandTimeout))
+	std := p.io.files()
+	err = initproto.Write(sp.hs, initproto.Request{Args: proc.Args, Env: proc.Env, Dir: proc.Cwd},
+		int(std[0].Fd()), int(std[1].Fd()), int(std[2].Fd()))
+	// The spare has its copies (or never will): ours would hold the
+	// process's pipes open.
+	p.io.closeChild()
+	if err != nil {
+		p.io.Close()
+		p.io, p.stdin = nil, nil
+		return false, nil
+	}
+	// The process may run now (it is in its exec cgroup already): from
+	// here on it is the watcher's to kill.
+	p.pid = sp.pid
+	msg, err := io.ReadAll(io.LimitReader(sp.hs, maxHandshake))
+	if err != nil {
+		p.e.killTree(p.id, p.pid)
+		return true, fmt.Errorf("exec handshake: %w", err)
+	}
+	if bytes.HasPrefix(msg, []byte(initproto.SpareDirDenied)) {
+		// As the init's DirDenied: runc exec enters the directory before
+		// it drops privileges.
+		p.io.Close()
+		p.io, p.stdin = nil, nil
+		return false, nil
+	}
+	if len(msg) > 0 {
+		return true, fmt.Errorf("%s: %w", bytes.TrimSpace(msg), p.e.startFailure(ctx, p.id))
+	}
+	sp.hs.Close()
+	p.conn = sp.conn
+	return true, nil
+}

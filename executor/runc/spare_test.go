@@ -1,0 +1,154 @@
+package runc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/esf-dev/esf/executor"
+)
+
+// hasSpare reports whether container id still holds a spare.
+func hasSpare(v *env, id string) bool {
+	v.e.pool.mu.Lock()
+	defer v.e.pool.mu.Unlock()
+	return v.e.pool.spares[id] != nil
+}
+
+// TestPool_FirstExecThroughSpare: the first exec of an adopted container
+// runs in the spare its pool container made while idle (spare.go), and
+// sees exactly what the init's exec and runc exec give a process:
+// environment, HOME, directory, capabilities, seccomp, cgroup (an exec
+// cgroup of its own), rlimits, umask, fds, a killable OOM score, the
+// attempt's root; its stdio and exit status are the exec's.
+func TestPool_FirstExecThroughSpare(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 1})
+	const probe = `env | grep -v '^PPID=' | sort; echo "home=$HOME"; cat /proc/self/oom_score_adj; ls /proc/self/fd; ` +
+		`grep -E '^(Cap|NoNewPrivs|Seccomp|Groups|Uid|Gid)' /proc/self/status; umask; ulimit -a; ` +
+		`sed 's/exec-[0-9]*/exec-N/' /proc/self/cgroup; id; pwd; echo ppid=$PPID; ls /; cat; echo err >&2; exit 3`
+	spec := executor.Spec{Env: []string{"WHO=attempt"}, Workdir: "/tmp", Limits: executor.Limits{Pids: 64, MemoryBytes: 64 << 20}}
+	v.start("sp", spec)
+	if !hasSpare(v, "sp") {
+		t.Fatal("the adopted container has no spare")
+	}
+	v.e.pool.mu.Lock()
+	sparePid := v.e.pool.spares["sp"].pid
+	v.e.pool.mu.Unlock()
+	var pids []int
+	run := func() string {
+		t.Helper()
+		var out, errb syncBuffer
+		p, err := v.e.Exec(v.ctx, "sp", executor.ExecSpec{Args: []string{"sh", "-c", probe}, Env: []string{"X=1"}, Stdin: true, Stdout: &out, Stderr: &errb})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, p.Pid())
+		if _, err := io.WriteString(p.Stdin(), "input\n"); err != nil {
+			t.Fatal(err)
+		}
+		p.Stdin().Close()
+		if code, err := p.Wait(); err != nil || code != 3 || errb.String() != "err\n" {
+			t.Fatalf("exec: code %d, err %v, stderr %q", code, err, errb.String())
+		}
+		return out.String()
+	}
+	viaSpare := run()
+	if hasSpare(v, "sp") || pids[0] != sparePid {
+		t.Fatalf("the first exec ran as %d, the spare was %d (still there: %v)", pids[0], sparePid, hasSpare(v, "sp"))
+	}
+	viaInit := run()
+	v.e.noAgent = true
+	viaRunc := run()
+	v.e.noAgent = false
+	if viaSpare != viaInit {
+		t.Errorf("the spare's exec differs from the init's:\n--- spare\n%s\n--- init\n%s", viaSpare, viaInit)
+	}
+	// runc exec's parent is outside the pid namespace.
+	if want := strings.Replace(viaRunc, "ppid=0\n", "ppid=1\n", 1); viaSpare != want {
+		t.Errorf("the spare's exec differs from runc exec's:\n--- spare\n%s\n--- runc\n%s", viaSpare, viaRunc)
+	}
+	for _, s := range []string{"WHO=attempt\n", "X=1\n", "/tmp\nppid=1\n", "input\n", "exec-N"} {
+		if !strings.Contains(viaSpare, s) {
+			t.Errorf("the spare's exec misses %q:\n%s", s, viaSpare)
+		}
+	}
+}
+
+// TestPool_SpareFirstExecFailures: a first exec the spare cannot or must
+// not run (a terminal, another user) discards it and runs as without one;
+// one that fails (no such directory, no such command) fails as without
+// one; a cancelled one is killed with everything it started; the next
+// exec runs either way, through the init.
+func TestPool_SpareFirstExecFailures(t *testing.T) {
+	v := newEnvWith(t, Options{PoolSize: 1})
+	seq := 0
+	fresh := func() string {
+		seq++
+		id := fmt.Sprintf("f%d", seq)
+		v.start(id, executor.Spec{})
+		if !hasSpare(v, id) {
+			t.Fatalf("%s: no spare", id)
+		}
+		return id
+	}
+	next := func(id string) {
+		t.Helper()
+		if hasSpare(v, id) {
+			t.Errorf("%s: the spare outlived the first exec", id)
+		}
+		if got := strings.TrimSpace(v.sh(t, id, "echo $PPID")); got != "1" {
+			t.Errorf("%s: the next exec's parent is %s, want the init", id, got)
+		}
+	}
+
+	id := fresh()
+	r := v.run(v.ctx, id, executor.ExecSpec{TTY: true}, "sh", "-c", "echo $PPID")
+	if r.err != nil || strings.TrimSpace(strings.ReplaceAll(r.stdout, "\r", "")) != "0" {
+		t.Errorf("first exec on a terminal: %q %v, want runc exec's parent 0", r.stdout, r.err)
+	}
+	next(id)
+
+	id = fresh()
+	r = v.run(v.ctx, id, executor.ExecSpec{User: &executor.User{UID: 1000, GID: 1000}}, "id", "-u")
+	if r.err != nil || r.stdout != "1000\n" {
+		t.Errorf("first exec as another user: %q %v", r.stdout, r.err)
+	}
+	next(id)
+
+	id = fresh()
+	r = v.run(v.ctx, id, executor.ExecSpec{Workdir: "/nonexistent"}, "true")
+	want := v.run(v.ctx, id, executor.ExecSpec{Workdir: "/nonexistent"}, "true")
+	if r.err == nil || !isClass(r.err, executor.ErrInvalidArgument) || !isClass(want.err, executor.ErrInvalidArgument) {
+		t.Errorf("first exec in a missing directory: %v; without a spare: %v; want invalid argument both", r.err, want.err)
+	}
+	next(id)
+
+	id = fresh()
+	r = v.run(v.ctx, id, executor.ExecSpec{}, "no-such-command")
+	want = v.run(v.ctx, id, executor.ExecSpec{}, "no-such-command")
+	if r.err == nil || !isClass(r.err, executor.ErrInvalidArgument) || !isClass(want.err, executor.ErrInvalidArgument) {
+		t.Errorf("first exec of a missing command: %v; without a spare: %v; want invalid argument both", r.err, want.err)
+	}
+	next(id)
+
+	id = fresh()
+	ctx, expire := withExpiry(v.ctx)
+	defer expire()
+	var out syncBuffer
+	p, err := v.e.Exec(ctx, id, executor.ExecSpec{Args: []string{"sh", "-c", "setsid sleep 1000 & sleep 1000 & echo started; wait"}, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, "started")
+	expire()
+	if code, err := p.Wait(); !errors.Is(err, context.DeadlineExceeded) || code != 128+9 {
+		t.Errorf("cancelled first exec: %d %v, want 137 and deadline exceeded", code, err)
+	}
+	if ps := v.containerPids(t, id); len(ps) != 1 {
+		t.Errorf("after the kill the container holds %d processes, want the init alone: %+v", len(ps), ps)
+	}
+	next(id)
+}
