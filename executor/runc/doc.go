@@ -132,11 +132,13 @@
 // command and stdio instead of asking the init to fork: a process's move
 // into a cgroup waits for an RCU grace period (10-25 ms on 2-vCPU VMs,
 // cgroup v1 or v2 without favordynmods), most of what that exec cost.
-// The spare serves the first exec or none (a terminal, another user: it
-// is discarded), so no process of the sandbox ever sees one, and what
-// the command inherits is what any exec of the init gets
-// (TestPool_FirstExecThroughSpare compares it with the init's and runc
-// exec's).
+// A cold Start makes one in the background once runc run has returned,
+// so that the move overlaps what the caller does before the first exec
+// (which waits for a spare still under way). The spare serves the first
+// exec or none (a terminal, another user: it is discarded), so no
+// process of the sandbox ever sees one, and what the command inherits is
+// what any exec of the init gets (TestFirstExecThroughSpare compares it
+// with the init's and runc exec's, cold and pooled).
 //
 // The container seen from inside is the cold one's: the same mount table
 // (TestPool_AdoptedContainerIsItsSpecs compares them, and the cgroup

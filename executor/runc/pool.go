@@ -75,8 +75,9 @@ type pool struct {
 	// pool still has an idle container, so that it does not slow down
 	// the first command an activation is waiting for.
 	warming map[string]bool
-	// spares are the adopted containers' spares until their first exec.
-	spares map[string]*spare
+	// spares are the containers' spares until their first exec
+	// (spare.go), an adopted container's or a cold one's.
+	spares map[string]*pendingSpare
 }
 
 // target is how many idle containers the pool keeps now.

@@ -353,6 +353,9 @@ func (e *Executor) startLocked(ctx context.Context, id string, spec executor.Spe
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("start %s: %w", id, err)
 	}
+	if !stub {
+		e.spareAfterStart(id, s.Linux.CgroupsPath)
+	}
 	return nil
 }
 

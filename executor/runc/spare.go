@@ -141,14 +141,38 @@ func (e *Executor) makeIdleSpare(c *idleContainer) {
 	}
 }
 
-// takeSpare hands out container id's spare, if it has one (once).
+// pendingSpare is a container's spare for its first exec: made while the
+// container was idle in the pool, or under way since a cold start.
+type pendingSpare struct {
+	done chan struct{}
+	s    *spare // set before done closes; nil: none could be made
+}
+
+// takeSpare hands out container id's spare, if it has one (once), and
+// waits for it if it is still being made: a concurrent move into a
+// cgroup shares the grace period of the one under way, so the wait is
+// never longer than making one.
 func (e *Executor) takeSpare(id string) *spare {
 	p := &e.pool
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	s := p.spares[id]
+	ps := p.spares[id]
 	delete(p.spares, id)
-	return s
+	p.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	<-ps.done
+	return ps.s
+}
+
+func (e *Executor) putSpare(id string, ps *pendingSpare) {
+	p := &e.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.spares == nil {
+		p.spares = map[string]*pendingSpare{}
+	}
+	p.spares[id] = ps
 }
 
 // keepSpare files adopted container id's spare for its first exec.
@@ -156,13 +180,25 @@ func (e *Executor) keepSpare(id string, s *spare) {
 	if s == nil {
 		return
 	}
-	p := &e.pool
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.spares == nil {
-		p.spares = map[string]*spare{}
-	}
-	p.spares[id] = s
+	ps := &pendingSpare{done: make(chan struct{}), s: s}
+	close(ps.done)
+	e.putSpare(id, ps)
+}
+
+// spareAfterStart makes a spare for the first exec of container id,
+// started cold, in the background: the move into its cgroup overlaps
+// whatever the caller does between the start and that exec.
+func (e *Executor) spareAfterStart(id, cgroupsPath string) {
+	ps := &pendingSpare{done: make(chan struct{})}
+	e.putSpare(id, ps)
+	go func() {
+		defer close(ps.done)
+		s, err := e.makeSpare(e.bundle(id), cgroupsPath)
+		if err != nil {
+			e.opts.Logger.Warn("runc executor: container without a spare", "id", id, "err", err)
+		}
+		ps.s = s
+	}()
 }
 
 // startSpare starts the exec through spare sp: it sends the command with

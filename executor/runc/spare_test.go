@@ -18,25 +18,38 @@ func hasSpare(v *env, id string) bool {
 	return v.e.pool.spares[id] != nil
 }
 
-// TestPool_FirstExecThroughSpare: the first exec of an adopted container
-// runs in the spare its pool container made while idle (spare.go), and
-// sees exactly what the init's exec and runc exec give a process:
+// spareOf is container id's spare, once made (nil: none).
+func spareOf(v *env, id string) *spare {
+	v.e.pool.mu.Lock()
+	ps := v.e.pool.spares[id]
+	v.e.pool.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	<-ps.done
+	return ps.s
+}
+
+// TestFirstExecThroughSpare: the first exec of a container runs in its
+// spare (spare.go: made while idle in the pool, or since a cold start),
+// and sees exactly what the init's exec and runc exec give a process:
 // environment, HOME, directory, capabilities, seccomp, cgroup (an exec
 // cgroup of its own), rlimits, umask, fds, a killable OOM score, the
 // attempt's root; its stdio and exit status are the exec's.
-func TestPool_FirstExecThroughSpare(t *testing.T) {
-	v := newEnvWith(t, Options{PoolSize: 1})
+func TestFirstExecThroughSpare(t *testing.T) { coldAndPooled(t, testFirstExecThroughSpare) }
+
+func testFirstExecThroughSpare(t *testing.T, opts Options) {
+	v := newEnvWith(t, opts)
 	const probe = `env | grep -v '^PPID=' | sort; echo "home=$HOME"; cat /proc/self/oom_score_adj; ls /proc/self/fd; ` +
 		`grep -E '^(Cap|NoNewPrivs|Seccomp|Groups|Uid|Gid)' /proc/self/status; umask; ulimit -a; ` +
 		`sed 's/exec-[0-9]*/exec-N/' /proc/self/cgroup; id; pwd; echo ppid=$PPID; ls /; cat; echo err >&2; exit 3`
 	spec := executor.Spec{Env: []string{"WHO=attempt"}, Workdir: "/tmp", Limits: executor.Limits{Pids: 64, MemoryBytes: 64 << 20}}
 	v.start("sp", spec)
-	if !hasSpare(v, "sp") {
-		t.Fatal("the adopted container has no spare")
+	sp := spareOf(v, "sp")
+	if sp == nil {
+		t.Fatal("the container has no spare")
 	}
-	v.e.pool.mu.Lock()
-	sparePid := v.e.pool.spares["sp"].pid
-	v.e.pool.mu.Unlock()
+	sparePid := sp.pid
 	var pids []int
 	run := func() string {
 		t.Helper()
