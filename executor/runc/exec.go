@@ -88,7 +88,7 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 	// The first exec after an adoption finds a spare (spare.go), already
 	// in its exec cgroup; an exec it cannot serve discards it.
 	agent := !e.noAgent && viaAgent(initUser, proc)
-	sp := e.takeSpare(id)
+	sp := e.takeSpare(ctx, id, cgroupsPath)
 	if sp != nil && !agent {
 		sp.close()
 		sp = nil

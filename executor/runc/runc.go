@@ -370,7 +370,7 @@ func (e *Executor) Stop(ctx context.Context, id string) error {
 	unlock := e.lock(id)
 	defer unlock()
 	e.poolWarmed(id)
-	e.takeSpare(id).close()
+	e.discardSpare(id)
 	return e.stopLocked(ctx, id)
 }
 

@@ -145,24 +145,62 @@ func (e *Executor) makeIdleSpare(c *idleContainer) {
 // container was idle in the pool, or under way since a cold start.
 type pendingSpare struct {
 	done chan struct{}
-	s    *spare // set before done closes; nil: none could be made
+	// s is set before done closes (nil: none could be made); discarded
+	// asks the maker to close it. Both under the pool's mu.
+	s         *spare
+	discarded bool
 }
 
-// takeSpare hands out container id's spare, if it has one (once), and
-// waits for it if it is still being made: a concurrent move into a
-// cgroup shares the grace period of the one under way, so the wait is
-// never longer than making one.
-func (e *Executor) takeSpare(id string) *spare {
+func (e *Executor) removeSpare(id string) *pendingSpare {
 	p := &e.pool
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	ps := p.spares[id]
 	delete(p.spares, id)
-	p.mu.Unlock()
+	return ps
+}
+
+// takeSpare hands container id's spare (cgroup cgroupsPath) to an exec,
+// once. One still being made is waited for (a concurrent move into a
+// cgroup would share its grace period anyway), unless the container is
+// frozen (its init would answer only after Thaw) or ctx ends: it is then
+// discarded.
+func (e *Executor) takeSpare(ctx context.Context, id, cgroupsPath string) *spare {
+	ps := e.removeSpare(id)
 	if ps == nil {
 		return nil
 	}
-	<-ps.done
-	return ps.s
+	if !frozen(cgroupsPath) {
+		select {
+		case <-ps.done:
+			return ps.s
+		case <-ctx.Done():
+		}
+	}
+	e.discardPending(ps)
+	return nil
+}
+
+// discardSpare discards container id's spare, made or under way, without
+// waiting for it (Stop: the init's end ends its making).
+func (e *Executor) discardSpare(id string) {
+	if ps := e.removeSpare(id); ps != nil {
+		e.discardPending(ps)
+	}
+}
+
+func (e *Executor) discardPending(ps *pendingSpare) {
+	p := &e.pool
+	p.mu.Lock()
+	select {
+	case <-ps.done:
+		p.mu.Unlock()
+		ps.s.close()
+		return
+	default:
+	}
+	ps.discarded = true
+	p.mu.Unlock()
 }
 
 func (e *Executor) putSpare(id string, ps *pendingSpare) {
@@ -192,12 +230,18 @@ func (e *Executor) spareAfterStart(id, cgroupsPath string) {
 	ps := &pendingSpare{done: make(chan struct{})}
 	e.putSpare(id, ps)
 	go func() {
-		defer close(ps.done)
 		s, err := e.makeSpare(e.bundle(id), cgroupsPath)
-		if err != nil {
+		p := &e.pool
+		p.mu.Lock()
+		ps.s = s
+		discarded := ps.discarded
+		close(ps.done)
+		p.mu.Unlock()
+		if discarded {
+			s.close()
+		} else if err != nil {
 			e.opts.Logger.Warn("runc executor: container without a spare", "id", id, "err", err)
 		}
-		ps.s = s
 	}()
 }
 

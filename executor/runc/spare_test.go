@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/esf-dev/esf/executor"
 )
@@ -164,4 +165,30 @@ func TestPool_SpareFirstExecFailures(t *testing.T) {
 		t.Errorf("after the kill the container holds %d processes, want the init alone: %+v", len(ps), ps)
 	}
 	next(id)
+}
+
+// TestSpareOfAFrozenContainer: a container frozen right after its cold
+// start, its spare perhaps still under way, refuses an exec as frozen
+// and stops without waiting for the spare (the command timeout here is
+// an hour: a wait would hang the test); after Thaw execs run.
+func TestSpareOfAFrozenContainer(t *testing.T) {
+	v := newEnvWith(t, Options{CommandTimeout: time.Hour})
+	for _, id := range []string{"fz1", "fz2"} {
+		v.start(id, executor.Spec{})
+		if err := v.e.Freeze(v.ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := v.run(v.ctx, "fz1", executor.ExecSpec{}, "true"); !isClass(r.err, executor.ErrFailedPrecondition) {
+		t.Errorf("exec in a frozen container: %v, want failed precondition", r.err)
+	}
+	if err := v.e.Thaw(v.ctx, "fz1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(v.sh(t, "fz1", "echo $PPID")); got != "1" {
+		t.Errorf("exec after Thaw: parent %s, want the init", got)
+	}
+	if err := v.e.Stop(v.ctx, "fz2"); err != nil {
+		t.Fatal(err)
+	}
 }
