@@ -288,15 +288,41 @@ func benchRunc(ctx context.Context, e *bench.Env) error {
 		})
 		return m, errors.Join(err, pex.Stop(ctx, id))
 	}
-	if _, err := bench.Interleave(ctx, 1, pooled, first, bareRun, activateOnly, executorOnly); err != nil { // warm-up
+	// Parts of the cold row: the executor alone (runc run -d, then the
+	// first exec, which waits for its spare's move into its exec cgroup),
+	// and one such move after an idle spell.
+	coldSeq := 0
+	coldOnly := func(ctx context.Context) (bench.Measurement, error) {
+		coldSeq++
+		id := fmt.Sprintf("cold-%d", coldSeq)
+		m, err := bench.Timed(1, func() error {
+			if err := ex.Start(ctx, id, executor.Spec{Rootfs: rig.rootfs}); err != nil {
+				return err
+			}
+			return execTrue(ctx, ex, id)
+		})
+		return m, errors.Join(err, ex.Stop(ctx, id))
+	}
+	move, err := newCgroupMove(e)
+	if err != nil {
 		return err
 	}
-	ms, err := bench.Interleave(ctx, e.Size(5, 10), pooled, first, bareRun, activateOnly, executorOnly)
+	if _, err := bench.Interleave(ctx, 1, pooled, first, bareRun, activateOnly, executorOnly, coldOnly, move); err != nil { // warm-up
+		return err
+	}
+	ms, err := bench.Interleave(ctx, e.Size(5, 10), pooled, first, bareRun, activateOnly, executorOnly, coldOnly, move)
 	if err != nil {
 		return err
 	}
 	warm, act, run := bench.Latencies(ms[0]), bench.Latencies(ms[1]), bench.Latencies(ms[2])
 	actOnly, exOnly := bench.Latencies(ms[3]), bench.Latencies(ms[4])
+	coldEx, mv := bench.Latencies(ms[5]), bench.Latencies(ms[6])
+	e.Add(bench.Row{Name: "part: runc cold start + first exec, executor alone", Value: coldEx.P50, Unit: "ms", P90: coldEx.P90, N: coldEx.N, Samples: coldEx.Values,
+		Baseline: "bare runc run", BaselineValue: run.P50, Path: "direct",
+		Note: "runc.Executor Start (runc run -d) on a plain directory + exec true, no esf around it; the exec waits for its spare's cgroup move"})
+	e.Add(bench.Row{Name: "part: one process moved into a new cgroup after an idle spell", Value: mv.P50, Unit: "ms", P90: mv.P90, N: mv.N, Samples: mv.Values,
+		Baseline: "bare runc run", BaselineValue: run.P50, Path: "direct",
+		Note: "a write of a sleeping process's pid into cgroup.procs 50 ms after the last move: an RCU grace period (cgroup_threadgroup_rwsem without favordynmods), which every exec's move into its exec cgroup waits for once"})
 	e.Add(bench.Row{Name: "part: runc activate alone, pooled", Value: actOnly.P50, Unit: "ms", P90: actOnly.P90, N: actOnly.N, Samples: actOnly.Values,
 		Baseline: "bare runc run", BaselineValue: run.P50, Path: pd.Ops.Path("activate"),
 		Note: "the pooled row without its exec: activation record, overlay mount, adoption"})
@@ -333,4 +359,44 @@ func benchRunc(ctx context.Context, e *bench.Env) error {
 		Baseline: "the executor's Exec alone", BaselineValue: alone.P50, Path: d.Ops.Path("exec"),
 		Note: "exec true in a running attempt: started by the container's init (no runc exec), output streamed back"})
 	return nil
+}
+
+// newCgroupMove returns a bench step that moves a sleeping process into a
+// new cgroup (freezer under v1, the unified root under v2) after an idle
+// spell, timing the write alone; everything goes at the scenario's end.
+func newCgroupMove(e *bench.Env) (func(context.Context) (bench.Measurement, error), error) {
+	root := "/sys/fs/cgroup/freezer"
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		root = "/sys/fs/cgroup"
+	}
+	base := filepath.Join(root, fmt.Sprintf("esf-bench-move-%d", os.Getpid()))
+	if err := os.Mkdir(base, 0o755); err != nil {
+		return nil, err
+	}
+	e.Cleanup(func() error { return os.Remove(base) })
+	sleep := exec.Command("sleep", "3600")
+	if err := sleep.Start(); err != nil {
+		return nil, err
+	}
+	e.Cleanup(func() error {
+		sleep.Process.Kill()
+		sleep.Wait()
+		return nil
+	})
+	pid := []byte(fmt.Sprint(sleep.Process.Pid))
+	seq := 0
+	return func(context.Context) (bench.Measurement, error) {
+		seq++
+		dir := filepath.Join(base, fmt.Sprint(seq))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return bench.Measurement{}, err
+		}
+		defer os.Remove(dir)
+		// Spacing, not synchronisation: the last move's grace period has
+		// passed, as between two execs of a rollout.
+		time.Sleep(50 * time.Millisecond)
+		m, err := bench.Timed(1, func() error { return os.WriteFile(filepath.Join(dir, "cgroup.procs"), pid, 0) })
+		// Back to where it came from, so that the cgroup can go.
+		return m, errors.Join(err, os.WriteFile(filepath.Join(root, "cgroup.procs"), pid, 0))
+	}, nil
 }
