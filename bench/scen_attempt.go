@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/delta"
+	"github.com/esf-dev/esf/fabric"
 )
 
 // Attempts: activate, rollback (activate an ancestor), release, and seal
@@ -184,7 +186,16 @@ func benchSeal(ctx context.Context, e *Env) error {
 	}
 	rep := uint64(0)
 	page := randomBuffer(11)[:4096]
-	sealOne := func(node string) Subject {
+	viaAPI := func(ctx context.Context, aid string) error { _, err := d.Ops.Suspend(ctx, aid); return err }
+	// The same seal as a Fabric method, in this process: what the API adds.
+	viaFabric := func(ctx context.Context, aid string) error {
+		_, err := d.Fabric.Suspend(ctx, fabric.SuspendRequest{AttemptID: aid})
+		return err
+	}
+	// cpu[k]: the CPU time (user and system) of this process, which is the
+	// daemon too, during each timed seal of sealWith(..., k): ms.
+	cpu := make([][]float64, 2)
+	sealWith := func(node string, suspend func(context.Context, string) error, k int) Subject {
 		return func(ctx context.Context) (Measurement, error) {
 			aid, root, err := attempt(ctx, node)
 			if err != nil {
@@ -196,9 +207,15 @@ func benchSeal(ctx context.Context, e *Env) error {
 			if err := os.WriteFile(filepath.Join(root, treePath(0)), page, 0o644); err != nil {
 				return Measurement{}, err
 			}
-			return Timed(1, func() error { _, err := d.Ops.Suspend(ctx, aid); return err })
+			cpu0 := processCPU()
+			m, err := Timed(1, func() error { return suspend(ctx, aid) })
+			if k >= 0 {
+				cpu[k] = append(cpu[k], float64(processCPU()-cpu0)/float64(time.Millisecond))
+			}
+			return m, err
 		}
 	}
+	sealOne := func(node string) Subject { return sealWith(node, viaAPI, -1) }
 	// The same seal with --keep-running: no unmount, no delta deletion.
 	checkpoint := func(ctx context.Context) (Measurement, error) {
 		aid, root, err := attempt(ctx, groups[1])
@@ -217,15 +234,17 @@ func benchSeal(ctx context.Context, e *Env) error {
 	if err != nil {
 		return err
 	}
-	subjects := []Subject{fsync, sealOne(groups[0]), sealOne(groups[1]), checkpoint}
+	subjects := []Subject{fsync, sealWith(groups[0], viaAPI, 0), sealOne(groups[1]), checkpoint, sealWith(groups[0], viaFabric, 1)}
 	if _, err := Interleave(ctx, 3, subjects...); err != nil {
 		return err
 	}
+	cpu[0], cpu[1] = nil, nil // the warm-up's
 	ms, err := Interleave(ctx, e.Size(15, 30), subjects...)
 	if err != nil {
 		return err
 	}
-	fs, s100, sN, kr := Latencies(ms[0]), Latencies(ms[1]), Latencies(ms[2]), Latencies(ms[3])
+	fs, s100, sN, kr, sf := Latencies(ms[0]), Latencies(ms[1]), Latencies(ms[2]), Latencies(ms[3]), Latencies(ms[4])
+	capi, cfab := Summarize(cpu[0]), Summarize(cpu[1])
 	path := d.Ops.Path("suspend")
 	e.Add(Row{Name: "seal one 4 KiB change, root of 100 files", Value: s100.P50, Unit: "ms", P90: s100.P90, N: s100.N, Samples: s100.Values,
 		Baseline: "fdatasync", BaselineValue: fs.P50, Targets: []Target{AtMost(5), RatioAtMost(3)}, Path: path,
@@ -235,6 +254,15 @@ func benchSeal(ctx context.Context, e *Env) error {
 	e.Add(Row{Name: fmt.Sprintf("seal --keep-running, root of %s files", fmtCount(n)), Value: kr.P50, Unit: "ms", P90: kr.P90, N: kr.N, Samples: kr.Values,
 		Baseline: "seal (with release)", BaselineValue: sN.P50, Path: path,
 		Note: "the same one-file seal leaving the attempt active: no unmount, no deletion of the delta"})
+	e.Add(Row{Name: "part: seal one 4 KiB change as a Fabric method, root of 100 files", Value: sf.P50, Unit: "ms", P90: sf.P90, N: sf.N, Samples: sf.Values,
+		Baseline: "seal, root of 100 files (API)", BaselineValue: s100.P50, Path: "fabric",
+		Note: "the same seal without the HTTP and JSON layers (fabric.Fabric.Suspend in the bench's process); fabric's BenchmarkSealOne is this row under go test -cpuprofile"})
+	e.Add(Row{Name: "part: CPU time per seal through the API, root of 100 files", Value: capi.P50, Unit: "ms", P90: capi.P90, N: capi.N, Samples: capi.Values,
+		Baseline: "seal, root of 100 files (API)", BaselineValue: s100.P50, Path: path,
+		Note: "user + system time of this process (client and daemon) during one seal: the rest of the seal's time is waiting (the one fdatasync, the umount, the run queue)"})
+	e.Add(Row{Name: "part: CPU time per seal as a Fabric method, root of 100 files", Value: cfab.P50, Unit: "ms", P90: cfab.P90, N: cfab.N, Samples: cfab.Values,
+		Baseline: "seal as a Fabric method", BaselineValue: sf.P50, Path: "fabric",
+		Note: "user + system time of this process during one fabric.Fabric.Suspend"})
 
 	// Deltas of 1k files and of one big file, in the large root.
 	const deltaFiles = 1000
