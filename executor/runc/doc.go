@@ -135,8 +135,9 @@
 // A cold Start makes one in the background once runc run has returned,
 // so that the move overlaps what the caller does before the first exec
 // (which waits for a spare still under way). The spare serves the first
-// exec or none (a terminal, another user: it is discarded), so no
-// process of the sandbox ever sees one, and what the command inherits is
+// exec or none (a terminal, another user: it is killed, and its cgroup
+// goes with it), so only execs that run beside the first one may see it
+// while it is handed over, and what the command inherits is
 // what any exec of the init gets (TestFirstExecThroughSpare compares it
 // with the init's and runc exec's, cold and pooled).
 //

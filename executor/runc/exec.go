@@ -90,7 +90,7 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 	agent := !e.noAgent && viaAgent(initUser, proc)
 	sp := e.takeSpare(ctx, id, cgroupsPath)
 	if sp != nil && !agent {
-		sp.close()
+		sp.discard()
 		sp = nil
 	}
 	if sp != nil {
@@ -102,7 +102,11 @@ func (e *Executor) Exec(ctx context.Context, id string, x executor.ExecSpec) (_ 
 		p.cg, err = nil, nil
 	}
 	if err := p.setupIO(x, proc.User); err != nil {
-		sp.close()
+		if sp != nil {
+			// Removed once the spare has gone (discard), not by release.
+			p.cg = nil
+			sp.discard()
+		}
 		return nil, fmt.Errorf("exec %s: %w", id, err)
 	}
 	if sp != nil {

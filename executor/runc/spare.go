@@ -26,24 +26,51 @@ import (
 // while the container is idle, and the first exec of the container that
 // adopts it only hands the spare its command and stdio. The spare serves
 // that first exec or none: any other first exec (a terminal, another
-// user) discards it, so no spare outlives the container's first exec and
-// none is ever seen by a process of the sandbox.
+// user) discards it (killed), so no spare outlives the container's first
+// exec. Only execs that run beside that first one can see it, for as long
+// as its handover lasts or a cold start's spare is under way: the same
+// user, they could stop or trace it as they could the command it becomes;
+// a spare that does not answer holds its exec only until the exec's ctx
+// ends (TestSpareHandoverHonorsContext).
 type spare struct {
-	conn *net.UnixConn // the init's connection: Started came, Exited will
-	hs   *net.UnixConn // our end of the spare's handshake
-	pid  int           // on the host
-	cg   *execCgroup
+	conn  *net.UnixConn // the init's connection: Started came, Exited will
+	hs    *net.UnixConn // our end of the spare's handshake
+	pid   int           // on the host
+	pidfd int           // the spare's, for discard's kill
+	cg    *execCgroup
 }
 
-// close discards the spare: it reads end of file and exits, the init
-// reaps it; its cgroup goes when it is empty (an exec's release) or with
-// the container.
+// close lets go of the spare: it reads end of file and exits, the init
+// reaps it. Its exec cgroup stays, for an exec that takes the usual way
+// in it (whose release removes it) or until the container goes.
 func (s *spare) close() {
 	if s == nil {
 		return
 	}
 	s.hs.Close()
 	s.conn.Close()
+	unix.Close(s.pidfd)
+}
+
+// discard kills the spare and removes its exec cgroup once the init has
+// reaped it (it reports the exit on conn; a frozen container's spare
+// dies on Thaw, and a Stop ends conn): an unused spare's cgroup would
+// otherwise stay for the container's life, and one that does not read
+// its end of file (a process of the sandbox stopped it) would stay with
+// it.
+func (s *spare) discard() {
+	if s == nil {
+		return
+	}
+	s.hs.Close()
+	unix.PidfdSendSignal(s.pidfd, unix.SIGKILL, nil, 0)
+	unix.Close(s.pidfd)
+	go func() {
+		defer s.conn.Close()
+		var ex initproto.Exited
+		initproto.Read(s.conn, &ex)
+		s.cg.remove()
+	}()
 }
 
 // makeSpare asks the init of the container in bundle (cgroup cgroupsPath)
@@ -113,16 +140,18 @@ func (e *Executor) makeSpare(bundle, cgroupsPath string) (_ *spare, err error) {
 		}
 		return nil, fmt.Errorf("spare: %s (%d fds)", st.Err, len(fds))
 	}
-	pid, err := pidfdPid(fds[0])
-	unix.Close(fds[0])
+	pidfd := fds[0]
+	pid, err := pidfdPid(pidfd)
 	if err != nil {
+		unix.Close(pidfd)
 		return nil, err
 	}
 	conn.SetDeadline(time.Time{})
 	if err := cg.add(pid); err != nil {
+		unix.Close(pidfd)
 		return nil, err
 	}
-	return &spare{conn: conn, hs: hs, pid: pid, cg: cg}, nil
+	return &spare{conn: conn, hs: hs, pid: pid, pidfd: pidfd, cg: cg}, nil
 }
 
 // makeIdleSpare gives idle container c a spare; without one (logged) its
@@ -195,7 +224,7 @@ func (e *Executor) discardPending(ps *pendingSpare) {
 	select {
 	case <-ps.done:
 		p.mu.Unlock()
-		ps.s.close()
+		ps.s.discard()
 		return
 	default:
 	}
@@ -238,7 +267,7 @@ func (e *Executor) spareAfterStart(id, cgroupsPath string) {
 		close(ps.done)
 		p.mu.Unlock()
 		if discarded {
-			s.close()
+			s.discard()
 		} else if err != nil {
 			e.opts.Logger.Warn("runc executor: container without a spare", "id", id, "err", err)
 		}
@@ -249,10 +278,16 @@ func (e *Executor) spareAfterStart(id, cgroupsPath string) {
 // the process's stdio and waits for the exec (end of file on the
 // handshake). started is false with a nil error when the spare could not
 // take it (gone with its init, or a directory only runc exec may enter):
-// p's stdio is then closed and the caller goes the usual way.
+// p's stdio is then closed and the caller goes the usual way. An exec
+// whose ctx ends before the command runs fails with ctx's error and
+// kills the spare.
 func (p *process) startSpare(ctx context.Context, cgroupsPath string, sp *spare, proc specs.Process) (started bool, err error) {
 	defer func() {
-		if !started || err != nil {
+		switch {
+		case err != nil:
+			sp.discard()
+		case !started:
+			// The exec takes the usual way in sp's exec cgroup.
 			sp.close()
 		}
 	}()
@@ -260,7 +295,17 @@ func (p *process) startSpare(ctx context.Context, cgroupsPath string, sp *spare,
 		// A frozen spare would not answer until Thaw.
 		return true, fmt.Errorf("container is frozen: %w", executor.ErrFailedPrecondition)
 	}
+	// A cancelled exec neither starts its command nor waits for a spare
+	// that does not answer (one a process of the sandbox stopped, or a
+	// freeze caught after the check above): ctx cuts the handover short
+	// and the spare is discarded (killed), with anything it may have
+	// started.
+	if err := ctx.Err(); err != nil {
+		return true, err
+	}
 	sp.hs.SetDeadline(time.Now().Add(p.e.opts.CommandTimeout))
+	stop := context.AfterFunc(ctx, func() { sp.hs.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	std := p.io.files()
 	err = initproto.Write(sp.hs, initproto.Request{Args: proc.Args, Env: proc.Env, Dir: proc.Cwd},
 		int(std[0].Fd()), int(std[1].Fd()), int(std[2].Fd()))
@@ -268,6 +313,9 @@ func (p *process) startSpare(ctx context.Context, cgroupsPath string, sp *spare,
 	// process's pipes open.
 	p.io.closeChild()
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return true, cerr // the spare never had the request
+		}
 		p.io.Close()
 		p.io, p.stdin = nil, nil
 		return false, nil
@@ -278,6 +326,9 @@ func (p *process) startSpare(ctx context.Context, cgroupsPath string, sp *spare,
 	msg, err := io.ReadAll(io.LimitReader(sp.hs, maxHandshake))
 	if err != nil {
 		p.e.killTree(p.id, p.pid)
+		if cerr := ctx.Err(); cerr != nil {
+			return true, cerr
+		}
 		return true, fmt.Errorf("exec handshake: %w", err)
 	}
 	if bytes.HasPrefix(msg, []byte(initproto.SpareDirDenied)) {
@@ -291,6 +342,7 @@ func (p *process) startSpare(ctx context.Context, cgroupsPath string, sp *spare,
 		return true, fmt.Errorf("%s: %w", bytes.TrimSpace(msg), p.e.startFailure(ctx, p.id))
 	}
 	sp.hs.Close()
+	unix.Close(sp.pidfd)
 	p.conn = sp.conn
 	return true, nil
 }

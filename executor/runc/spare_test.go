@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/esf-dev/esf/executor"
 )
@@ -191,4 +194,126 @@ func TestSpareOfAFrozenContainer(t *testing.T) {
 	if err := v.e.Stop(v.ctx, "fz2"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSpareHandoverHonorsContext: a first exec whose spare does not
+// answer ends when its ctx does, not after the command timeout (an hour
+// here), and leaves the container holding its init alone. The spare is
+// stopped, as a process of the sandbox may stop it (a concurrent exec
+// sees it while a cold start's spare is handed over) or a freeze may
+// catch it after the exec's frozen check.
+func TestSpareHandoverHonorsContext(t *testing.T) {
+	coldAndPooled(t, testSpareHandoverHonorsContext)
+}
+
+func testSpareHandoverHonorsContext(t *testing.T, opts Options) {
+	opts.CommandTimeout = time.Hour
+	v := newEnvWith(t, opts)
+	v.start("hs", executor.Spec{})
+	sp := spareOf(v, "hs")
+	if sp == nil {
+		t.Fatal("the container has no spare")
+	}
+	if err := unix.Kill(sp.pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	ctx, expire := withExpiry(v.ctx)
+	defer expire()
+	type outcome struct {
+		p   executor.Process
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		p, err := v.e.Exec(ctx, "hs", executor.ExecSpec{Args: []string{"true"}})
+		done <- outcome{p, err}
+	}()
+	// Once the exec took the spare it is in the handover (or about to be).
+	deadline := time.Now().Add(time.Minute)
+	for hasSpare(v, "hs") {
+		if time.Now().After(deadline) {
+			t.Fatal("the exec never took the spare")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	expire()
+	var r outcome
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		// The Stop of the cleanup ends the exec (its init goes).
+		t.Fatal("the exec outlived its context by a minute: it waits for the stopped spare")
+	}
+	if r.err == nil {
+		r.p.Wait()
+		t.Fatal("the exec started after its context ended")
+	}
+	if !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Errorf("exec: %v, want deadline exceeded", r.err)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for {
+		var live []procStat
+		for _, ps := range v.containerPids(t, "hs") {
+			if ps.state != 'Z' {
+				live = append(live, ps)
+			}
+		}
+		if len(live) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the container holds %d processes, want the init alone: %+v", len(live), live)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := strings.TrimSpace(v.sh(t, "hs", "echo $PPID")); got != "1" {
+		t.Errorf("the next exec's parent is %s, want the init", got)
+	}
+}
+
+// TestSpareDiscardRemovesItsCgroup: a spare that serves no exec (the
+// first one wants a terminal; the container is frozen) goes with its
+// exec cgroup once it has exited, not only at the container's Stop.
+func TestSpareDiscardRemovesItsCgroup(t *testing.T) {
+	v := newEnvWith(t, Options{})
+	gone := func(dir string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the discarded spare's cgroup %s is still there", dir)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	v.start("tty", executor.Spec{})
+	sp := spareOf(v, "tty")
+	if sp == nil || sp.cg == nil {
+		t.Fatal("the container has no spare")
+	}
+	if r := v.run(v.ctx, "tty", executor.ExecSpec{TTY: true}, "true"); r.err != nil || r.code != 0 {
+		t.Fatalf("exec on a terminal: %d %v", r.code, r.err)
+	}
+	gone(sp.cg.dir)
+
+	v.start("fz", executor.Spec{})
+	sp = spareOf(v, "fz")
+	if sp == nil || sp.cg == nil {
+		t.Fatal("the container has no spare")
+	}
+	if err := v.e.Freeze(v.ctx, "fz"); err != nil {
+		t.Fatal(err)
+	}
+	if r := v.run(v.ctx, "fz", executor.ExecSpec{}, "true"); !isClass(r.err, executor.ErrFailedPrecondition) {
+		t.Errorf("exec in a frozen container: %v, want failed precondition", r.err)
+	}
+	if err := v.e.Thaw(v.ctx, "fz"); err != nil {
+		t.Fatal(err)
+	}
+	gone(sp.cg.dir)
 }
