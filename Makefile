@@ -66,7 +66,7 @@ test: deps vet
 # bench/results.json (bench-quick: bench/results-quick.json, < 5 min).
 # Needs root. Extra flags: make bench BENCHARGS='-bench.run io -bench.profile out'.
 bench: deps
-	ESF_ETCD=$$(./scripts/etcd.sh) ESF_VERSITYGW=$$(./scripts/versitygw.sh) $(GO) test ./bench -run '^TestBench$$' -count=1 -v -timeout 80m -args -bench.full $(BENCHARGS)
+	ESF_ETCD=$$(./scripts/etcd.sh) ESF_VERSITYGW=$$(./scripts/versitygw.sh) $(GO) test ./bench -run '^TestBench$$' -count=1 -v -timeout 150m -args -bench.full $(BENCHARGS)
 
 bench-quick: deps
 	ESF_ETCD=$$(./scripts/etcd.sh) ESF_VERSITYGW=$$(./scripts/versitygw.sh) $(GO) test ./bench -run '^TestBench$$' -count=1 -v -timeout 15m -args -bench.quick $(BENCHARGS)

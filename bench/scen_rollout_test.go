@@ -142,6 +142,9 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 	// idle[k]: CPUs of the machine left idle while a batch of subject k
 	// ran (all tenants counted).
 	idle := make([][]float64, 3)
+	// busy[k]: CPU time the whole machine spent (every process, the
+	// containers' and other tenants' included) per measurement of k.
+	busy := make([][]time.Duration, 3)
 	batch := func(k int, op func(context.Context, int) error) bench.Subject {
 		return func(ctx context.Context) (bench.Measurement, error) {
 			if err := waitFull(); err != nil {
@@ -150,13 +153,15 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 			adopted := pex.PoolAdopted()
 			cpu0 := selfAndChildrenCPU()
 			idle0, total0 := machineCPUTicks()
+			start := time.Now()
 			defer func() {
 				cpu[k] = append(cpu[k], selfAndChildrenCPU()-cpu0)
 				if idle1, total1 := machineCPUTicks(); total1 > total0 {
-					idle[k] = append(idle[k], float64(idle1-idle0)/float64(total1-total0)*float64(runtime.NumCPU()))
+					idleFrac := float64(idle1-idle0) / float64(total1-total0)
+					idle[k] = append(idle[k], idleFrac*float64(runtime.NumCPU()))
+					busy[k] = append(busy[k], time.Duration((1-idleFrac)*float64(runtime.NumCPU())*float64(time.Since(start))))
 				}
 			}()
-			start := time.Now()
 			return bench.Timed(float64(rolloutClients*perClient), func() error {
 				var wg sync.WaitGroup
 				errs := make([]error, rolloutClients)
@@ -199,7 +204,7 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 			return err
 		}
 	}
-	phases, cpu, idle, adoptedShare = [2][3][]time.Duration{}, [][]time.Duration{nil, nil, nil}, [][]float64{nil, nil, nil}, nil
+	phases, cpu, idle, busy, adoptedShare = [2][3][]time.Duration{}, [][]time.Duration{nil, nil, nil}, [][]float64{nil, nil, nil}, [][]time.Duration{nil, nil, nil}, nil
 	ms, err := bench.Interleave(ctx, e.Size(3, 5), subjects...)
 	if err != nil {
 		return err
@@ -237,6 +242,13 @@ func benchRollout(ctx context.Context, e *bench.Env) error {
 		is := bench.Summarize(idle[k])
 		e.Add(bench.Row{Name: "part: idle CPUs of the machine during the batches" + suffix, Value: is.P50, Unit: "CPUs", P90: is.P90, N: is.N, Samples: is.Values, Path: d.Ops.Path("activate"),
 			Note: "idle and iowait time of all the machine's CPUs (/proc/stat) over a batch's elapsed time, every tenant counted: near 0, the CPUs were all busy and the rate is the share of them the batch got; well above 0 with a rate below its target, the rollouts wait on something else"})
+	}
+	bb := perOp(busy[2])
+	for k, suffix := range []string{"", ", no pool"} {
+		mb := perOp(busy[k])
+		e.Add(bench.Row{Name: "part: machine CPU time per rollout, 16 clients" + suffix, Value: mb.P50, Unit: "ms", P90: mb.P90, N: mb.N, Samples: mb.Values,
+			Baseline: "per bare runc run", BaselineValue: bb.P50, Path: d.Ops.Path("activate"),
+			Note: "busy time of all the machine's CPUs (/proc/stat) over a batch, per rollout: every process counted (clients, daemon, projection, runc, the containers, other tenants); with no idle CPU left, the rows' ratio is about the inverse of this one"})
 	}
 	for k, suffix := range []string{"", ", no pool"} {
 		rc := perOp(cpu[k])
