@@ -271,7 +271,7 @@ func benchExport(ctx context.Context, e *Env) error {
 			return m, err
 		}
 	}
-	reps := 3
+	reps := e.Size(2, 3) // bench-quick has 5 minutes in all
 	ms, err := Interleave(ctx, reps,
 		exportDir(treeRoot, float64(n)), cpDir(tree, float64(n)),
 		exportTar(treeRoot, float64(n)), tarDir(tree, float64(n)),
