@@ -18,9 +18,9 @@ import (
 	"github.com/esf-dev/esf/fabric"
 )
 
-// Sizes of the datasets. A "large" tree is 100k files (10k in quick mode),
+// Sizes of the datasets. A "large" tree is 100k files (5k in quick mode),
 // the big file 1 GiB (256 MiB).
-func (e *Env) LargeTree() int { return e.Size(10_000, 100_000) }
+func (e *Env) LargeTree() int { return e.Size(5_000, 100_000) }
 
 // BigSize is the size of the big file.
 func (e *Env) BigSize() int64 { return int64(e.Size(256, 1024)) << 20 }

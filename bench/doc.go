@@ -3,7 +3,7 @@
 // the same run, on the same disk, interleaved with it.
 //
 // Running it: `make bench` (full sizes, writes bench/results.json) and
-// `make bench-quick` (10k instead of 100k files, 256 MiB instead of 1 GiB,
+// `make bench-quick` (5k instead of 100k files, 256 MiB instead of 1 GiB,
 // a 50k- instead of a 1M-node graph; writes bench/results-quick.json).
 // Both are TestBench with a flag; plain `go test` skips it. It needs root
 // (overlay and FUSE mounts, drop_caches).

@@ -25,7 +25,7 @@ import (
 
 // Config says what Run measures and where.
 type Config struct {
-	// Quick uses the smaller sizes (10k instead of 100k files, 256 MiB
+	// Quick uses the smaller sizes (5k instead of 100k files, 256 MiB
 	// instead of 1 GiB, a 50k- instead of a 1M-node graph).
 	Quick bool
 	// Root is the scratch directory of the run; it must not exist. Default

@@ -90,7 +90,7 @@ func benchImport(ctx context.Context, e *Env) error {
 	}
 	bigSize := float64(e.BigSize())
 	buf := randomBuffer(7)
-	reps := 3
+	reps := e.Size(2, 3)
 	var last *Daemon // the last daemon the tree went to, for the re-import
 	// Each import goes to a fresh daemon (state dir), so all its content
 	// is new to the store, as cp -a writes all of it.

@@ -157,7 +157,7 @@ func benchGC(ctx context.Context, e *Env) error {
 		}
 		return Timed(float64(objs), func() error { return removeAll(dst) })
 	}
-	reps := e.Size(2, 3) // bench-quick has 5 minutes in all; a rep is ~35 s at 10k files here
+	reps := e.Size(2, 3) // bench-quick has 5 minutes in all
 	e.Logf("  %d reps of: import %s files and gc them, rm -rf a copy, parallel unlink of a copy", reps, fmtCount(n))
 	// The sweep comes first in the first round: it makes the template.
 	ms, err := Interleave(ctx, reps, sweep, rmrf, unlinkParallel)
