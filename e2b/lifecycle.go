@@ -258,12 +258,24 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) (int, an
 // daemon that stopped meanwhile).
 const leaseSlack = time.Minute
 
-// arm (re)sets sb's timer to its end. Caller holds s.mu.
+// arm (re)sets sb's timer to its end. Caller holds s.mu. An expiry that
+// has begun runs to its end before Close returns, so none calls the
+// fabric after the front door was closed (and the fabric maybe too).
 func (s *Server) arm(sb *sandbox) {
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
-	sb.timer = time.AfterFunc(time.Until(sb.endAt), func() { s.expire(sb) })
+	sb.timer = time.AfterFunc(time.Until(sb.endAt), func() {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		defer s.wg.Done()
+		s.expire(sb)
+	})
 }
 
 // expire ends a sandbox whose timeout passed: paused with autoPause,

@@ -85,7 +85,8 @@ type Server struct {
 	idemOrder []string                  // idem's keys, oldest first
 	ctx       context.Context           // ends at Close: every command's parent
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup // commands running
+	closed    bool           // Close began: no timer starts an expiry
+	wg        sync.WaitGroup // expiries running (arm)
 }
 
 // New returns the front door of f.
@@ -105,6 +106,9 @@ func New(f *fabric.Fabric, opts Options) *Server {
 // Close kills every command the front door started and waits for them.
 // Sandboxes (attempts) stay for the fabric's own shutdown.
 func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 }

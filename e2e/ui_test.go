@@ -367,9 +367,9 @@ func TestUI_Browser(t *testing.T) {
 	// Shift+click diffs the open node against the clicked one.
 	clickSel(t, ctx, "#fit")
 	waitPage(t, ctx, "the fitted view", `esfUI.drawn().every(n => n.visible)`)
-	clickNode(t, ctx, kids[1], chromedp.ButtonModifiers(chromedp.ModifierShift))
-	waitPage(t, ctx, "the diff of two nodes", fmt.Sprintf(`esfUI.state().diffA === %q && esfUI.state().diffB === %q &&
-		document.querySelector('#changes tr[data-path="result.txt"] td')?.textContent === 'deleted'`, kids[0], kids[1]))
+	clickNodeUntil(t, ctx, kids[1], "the diff of two nodes", fmt.Sprintf(`esfUI.state().diffA === %q && esfUI.state().diffB === %q &&
+		document.querySelector('#changes tr[data-path="result.txt"] td')?.textContent === 'deleted'`, kids[0], kids[1]),
+		chromedp.ButtonModifiers(chromedp.ModifierShift))
 
 	// Files: the sealed child's tree, and a download of one file.
 	clickSel(t, ctx, "#tab-files")
@@ -473,6 +473,28 @@ func checkDrawn(t *testing.T, drawn []drawnNode, tv treeJSON) {
 }
 
 // clickNode clicks the canvas where it drew id, with real mouse events.
+// clickNodeUntil clicks node id until predicate holds (at most 8 clicks,
+// then waitPage's wait and failure): the click goes where the node is
+// drawn when it is made, and a layout after a live update or the fit can
+// move the node under it, so a click that hit nothing is made again at
+// the node's new place. The clicks it is used for are idempotent.
+func clickNodeUntil(t *testing.T, ctx context.Context, id, what, predicate string, opts ...chromedp.MouseOption) {
+	t.Helper()
+	for range 7 {
+		clickNode(t, ctx, id, opts...)
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		_, err := chromedp.Run(pctx, chromedp.Poll[chromedp.Void](predicate, chromedp.WithPollingInterval(50*time.Millisecond),
+			chromedp.WithPollingTimeout(20*time.Second)))
+		cancel()
+		if err == nil {
+			return
+		}
+		t.Logf("click on %s: %s not yet (%v); clicking again", id, what, err)
+	}
+	clickNode(t, ctx, id, opts...)
+	waitPage(t, ctx, what, predicate)
+}
+
 func clickNode(t *testing.T, ctx context.Context, id string, opts ...chromedp.MouseOption) {
 	t.Helper()
 	var pos struct{ X, Y float64 }
